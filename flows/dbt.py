@@ -1,0 +1,120 @@
+"""Calling dbt: one in-process invocation per step, through dbt's own runner.
+
+The Prefect flows pass a runner of their own (prefect-dbt's PrefectDbtRunner,
+each dbt node a task); the CLI uses dbt's dbtRunner. Both take the same
+arguments, built here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from typing import Any
+
+from flows.settings import PROJECT_DIR, Target, dbt_env, profiles_dir
+
+
+@dataclass
+class NodeResult:
+    """One dbt node's outcome: a model, seed or test."""
+
+    name: str
+    resource_type: str
+    status: str
+    message: str = ""
+    failures: int | None = None
+    tags: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def is_gate(self) -> bool:
+        return self.resource_type == "test" and "gate" in self.tags
+
+
+@dataclass
+class DbtOutcome:
+    success: bool
+    nodes: list[NodeResult]
+    error: str = ""
+
+    def failed(self) -> list[NodeResult]:
+        return [n for n in self.nodes if n.status in ("error", "fail", "runtime error")]
+
+    def warned(self) -> list[NodeResult]:
+        return [n for n in self.nodes if n.status == "warn"]
+
+
+@contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
+
+
+def dbt_args(target: Target, command: list[str], as_of: datetime | None = None,
+             window: tuple[date, date] | None = None, extra_vars: dict[str, Any] | None = None,
+             ) -> list[str]:
+    """The argument list for one dbt invocation against `target`."""
+    state = target.state_dir
+    args = [
+        *command,
+        "--project-dir", str(PROJECT_DIR),
+        "--profiles-dir", str(profiles_dir(target)),
+        "--target", target.name,
+        "--target-path", str(state / "target"),
+        "--log-path", str(state / "logs"),
+    ]
+    variables: dict[str, Any] = dict(extra_vars or {})
+    if as_of is not None:
+        variables["as_of"] = as_of.strftime("%Y-%m-%d %H:%M:%S")
+    if variables:
+        args += ["--vars", json.dumps(variables)]
+    if window is not None:
+        start, end = window
+        args += ["--event-time-start", start.isoformat(), "--event-time-end", end.isoformat()]
+    return args
+
+
+Invoker = Callable[[list[str]], Any]
+
+
+def _default_invoker(args: list[str]) -> Any:
+    from dbt.cli.main import dbtRunner
+
+    return dbtRunner().invoke(args)
+
+
+def invoke(target: Target, args: list[str], invoker: Invoker | None = None) -> DbtOutcome:
+    """Run dbt in this process and reduce its result to what dayclose reports."""
+    with _environment(dbt_env(target)):
+        result = (invoker or _default_invoker)(args)
+    nodes: list[NodeResult] = []
+    run_results = getattr(result, "result", None)
+    for r in getattr(run_results, "results", None) or []:
+        node = r.node
+        nodes.append(
+            NodeResult(
+                name=node.name,
+                resource_type=str(getattr(node.resource_type, "value", node.resource_type)),
+                status=str(getattr(r.status, "value", r.status)),
+                message=r.message or "",
+                failures=r.failures,
+                tags=list(getattr(node, "tags", []) or []),
+                seconds=float(r.execution_time or 0.0),
+            )
+        )
+    error = ""
+    if getattr(result, "exception", None) is not None:
+        error = str(result.exception)
+    return DbtOutcome(success=bool(result.success), nodes=nodes, error=error)

@@ -1,0 +1,201 @@
+"""The nightly job, one code path for the CLI and the Prefect flows.
+
+load the complete batches that had arrived by as-of -> rebuild the window that
+ends with the day before as-of (dbt build: models and the gate tests) -> report.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
+from pathlib import Path
+
+from flows import dbt
+from flows.landing import SOURCES, LoadReport, SourceSpec, load_source
+from flows.settings import Target
+from flows.warehouse import Warehouse
+
+
+@dataclass(frozen=True)
+class Job:
+    """What a nightly job of one source builds and reads back."""
+
+    source: SourceSpec
+    window_var: str
+    default_window_days: int
+    selector: str
+    mart: str
+    date_column: str
+
+
+JOBS: dict[str, Job] = {
+    "sales": Job(SOURCES["sales"], "sales_window_days", 4, "+tag:sales", "daily_sales", "sale_date"),
+}
+
+
+@dataclass
+class DayStatus:
+    day: date
+    total: object
+    count: int
+    can_still_change: bool
+    expected_share_complete: float | None
+
+
+@dataclass
+class RunSummary:
+    job: str
+    target: str
+    as_of: datetime
+    window: tuple[date, date]
+    load: LoadReport
+    build: dbt.DbtOutcome | None = None
+    days: list[DayStatus] = field(default_factory=list)
+    dead_letters: dict[str, int] = field(default_factory=dict)
+    lateness: dict[str, object] = field(default_factory=dict)
+    restate_days: list[date] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.load.refused and self.build is not None and self.build.success
+
+    def lines(self) -> list[str]:
+        """The short printed summary."""
+        start, end = self.window
+        out = [
+            f"dayclose run {self.job} as of {self.as_of:%Y-%m-%d %H:%M} UTC on {self.target}: "
+            f"window {start} .. {end - timedelta(days=1)}",
+            f"  load: {len(self.load.loaded)} batches, {self.load.rows_loaded:,} lines loaded; "
+            f"{self.load.already_loaded} already loaded; {len(self.load.waiting)} waiting for _SUCCESS; "
+            f"{len(self.load.refused)} refused ({self.load.seconds:.1f}s)",
+        ]
+        for batch in self.load.waiting[-5:]:
+            out.append(f"  waiting: {self.job} arrived={batch} has no _SUCCESS yet; loaded once it has")
+        for refused in self.load.refused:
+            out.append(f"  ERROR {refused.message}")
+        for problem in self.load.problems:
+            out.append(f"  warning: {problem}")
+        if self.dead_letters:
+            reasons = ", ".join(f"{n} {r}" for r, n in sorted(self.dead_letters.items(), key=lambda x: -x[1]))
+            out.append(f"  dead-lettered in this run's batches: {reasons}")
+        if self.build is not None:
+            models = [n for n in self.build.nodes if n.resource_type == "model"]
+            tests = [n for n in self.build.nodes if n.resource_type == "test"]
+            out.append(
+                f"  build: {len(models)} models, {len(tests)} tests; "
+                f"{len(self.build.failed())} failed, {len(self.build.warned())} warned"
+            )
+            for node in self.build.failed():
+                out.append(f"  FAILED {node.resource_type} {node.name}: {node.message}")
+            for node in self.build.warned():
+                out.append(f"  warn {node.name}: {node.message}")
+            if self.build.error:
+                out.append(f"  ERROR dbt: {self.build.error}")
+        for d in self.days:
+            share = "-" if d.expected_share_complete is None else f"{d.expected_share_complete:.1%}"
+            state = "can still change" if d.can_still_change else "final"
+            out.append(f"  {d.day}: {d.total:>14,} from {d.count:>9,} sales; {state}; "
+                       f"expected complete {share}")
+        lt = self.lateness
+        if lt.get("share") is not None:
+            out.append(
+                f"  lateness: p99 {lt['p99']:.1f}h, p99.9 {lt['p999']:.1f}h; window {lt['configured']} days "
+                f"covers {lt['share']:.2%}; recommended {lt['recommended']} days"
+            )
+        else:
+            out.append("  lateness: not measured yet (no settled days in the measurement range)")
+        if self.restate_days:
+            out.append("  days with events too late for the window (restate them): "
+                       + ", ".join(str(d) for d in self.restate_days))
+        out.append("  result: " + ("ok" if self.ok else "FAILED"))
+        return out
+
+
+def window_for(as_of: datetime, window_days: int) -> tuple[date, date]:
+    """The days [start, end) a run as of `as_of` rebuilds: the window ending the day before."""
+    end = as_of.date()
+    return end - timedelta(days=window_days), end
+
+
+def run_nightly(job_name: str, target: Target, landing: Path, as_of: datetime,
+                window_days: int | None = None, invoker: dbt.Invoker | None = None,
+                ) -> RunSummary:
+    """Load, rebuild the window, run the gates, read back the summary."""
+    job = JOBS[job_name]
+    days = window_days or job.default_window_days
+    with Warehouse(target) as wh:
+        load = load_source(wh, job.source, landing, as_of)
+        window = window_for(as_of, days)
+        if not wh.relation_exists(target.schema, job.mart):
+            # first build: every day loaded so far, not only the window
+            first = wh.scalar(
+                f"select min({job.source.event_time}) from {target.landing_schema}.{job.source.table} "
+                "where decode_error is null and batch_completed_at <= %s",
+                (as_of,),
+            )
+            if first is not None and first.date() < window[0]:
+                window = (first.date(), window[1])
+    summary = RunSummary(job_name, target.name, as_of, window, load)
+    args = dbt.dbt_args(target, ["build", "--select", job.selector], as_of=as_of, window=window,
+                        extra_vars={job.window_var: days})
+    summary.build = dbt.invoke(target, args, invoker)
+    if summary.build.success or summary.build.nodes:
+        with Warehouse(target) as wh:
+            _read_back(wh, job, summary)
+    return summary
+
+
+def _reason_kind(reason: str | None) -> str:
+    """A dead-letter reason without the offending value, for counting by kind."""
+    parts = (reason or "unknown").split("; ")[0].split(": ")
+    text = parts[0] if parts[0] == "invalid JSON" else ": ".join(parts[:2])
+    text = re.sub(r" ?'[^']*'", "", text)
+    return re.sub(r"^(unknown \w+) .*$", r"\1", text)
+
+
+def _read_back(wh: Warehouse, job: Job, summary: RunSummary) -> None:
+    schema = wh.target.schema
+    start, end = summary.window
+    start = max(start, end - timedelta(days=JOBS[summary.job].default_window_days + 7))
+    if wh.relation_exists(schema, job.mart):
+        rows = wh.query(
+            f"select {job.date_column}, sum(sales_amount), sum(sales_count), bool_or(can_still_change), "
+            f"min(expected_share_complete) from {schema}.{job.mart} "
+            f"where {job.date_column} >= %s and {job.date_column} < %s group by 1 order by 1",
+            (start, end),
+        )
+        summary.days = [
+            DayStatus(r[0], r[1], int(r[2]), bool(r[3]), None if r[4] is None else float(r[4]))
+            for r in rows
+        ]
+    batch_ids = [r.batch_id for r in summary.load.loaded]
+    if batch_ids and wh.relation_exists(schema, "sales_dead_letters"):
+        marks = ", ".join(["%s"] * len(batch_ids))
+        for reason, n in wh.query(
+            f"select dead_letter_reason, count(*) from {schema}.sales_dead_letters "
+            f"where batch_id in ({marks}) group by 1",
+            batch_ids,
+        ):
+            key = _reason_kind(reason)
+            summary.dead_letters[key] = summary.dead_letters.get(key, 0) + int(n)
+    if wh.relation_exists(schema, "arrival_lateness"):
+        row = wh.query(
+            f"select delay_p99_hours, delay_p999_hours, configured_window_days, "
+            f"configured_window_share, recommended_window_days from {schema}.arrival_lateness "
+            "where source_name = %s",
+            (job.source.name,),
+        )
+        if row:
+            p99, p999, configured, share, recommended = row[0]
+            summary.lateness = {"p99": float(p99), "p999": float(p999), "configured": configured,
+                                "share": None if share is None else float(share),
+                                "recommended": recommended}
+    if wh.relation_exists(schema, "late_arrivals"):
+        summary.restate_days = [
+            r[0] for r in wh.query(
+                f"select event_date from {schema}.late_arrivals "
+                "where source_name = %s and needs_restatement order by 1",
+                (job.source.name,),
+            )
+        ]

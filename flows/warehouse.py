@@ -1,0 +1,121 @@
+"""A small, uniform connection to the warehouse: DuckDB or Postgres.
+
+Only the loader, the run lock and the summaries talk to the warehouse directly;
+everything else goes through dbt.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from flows.settings import Target
+
+
+class WarehouseBusy(RuntimeError):
+    """Another run holds the warehouse."""
+
+
+class Warehouse:
+    """A connection with `%s` parameters on both engines and one bulk CSV load."""
+
+    def __init__(self, target: Target):
+        self.target = target
+        self.kind = target.name
+        if self.kind == "duckdb":
+            import duckdb
+
+            assert target.duckdb_path is not None
+            target.duckdb_path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                self._conn = duckdb.connect(str(target.duckdb_path))
+            except duckdb.IOException as exc:  # the file lock of another process
+                raise WarehouseBusy(
+                    f"the DuckDB file {target.duckdb_path} is in use by another process "
+                    f"(another dayclose run?): {exc}"
+                ) from exc
+        else:
+            import psycopg2
+
+            # libpq reads PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE itself.
+            self._conn = psycopg2.connect(
+                "", application_name="dayclose", connect_timeout=int(
+                    os.environ.get("PGCONNECT_TIMEOUT", "10"))
+            )
+            self._conn.autocommit = True
+
+    # -- statements -----------------------------------------------------------------
+    def _sql(self, sql: str) -> str:
+        return sql.replace("%s", "?") if self.kind == "duckdb" else sql
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
+        if self.kind == "duckdb":
+            self._conn.execute(self._sql(sql), list(params))
+        else:
+            with self._conn.cursor() as cur:
+                cur.execute(sql, tuple(params))
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+        if self.kind == "duckdb":
+            return self._conn.execute(self._sql(sql), list(params)).fetchall()
+        with self._conn.cursor() as cur:
+            cur.execute(sql, tuple(params))
+            return cur.fetchall()
+
+    def scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        rows = self.query(sql, params)
+        return rows[0][0] if rows else None
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """All or nothing: on any exception the work of the block is rolled back."""
+        self.execute("begin")
+        try:
+            yield
+        except BaseException:
+            self.execute("rollback")
+            raise
+        self.execute("commit")
+
+    def copy_csv(self, table: str, columns: Sequence[tuple[str, str]], path: Path) -> None:
+        """The engine's own bulk load of a CSV file written by the loader (NULL is \\N).
+
+        `columns` are (name, SQL type) pairs in the file's order.
+        """
+        cols = ", ".join(name for name, _ in columns)
+        if self.kind == "duckdb":
+            self._conn.execute(
+                f"insert into {table} ({cols}) select * from read_csv(?, header = false, "
+                "delim = ',', quote = '\"', escape = '\"', nullstr = '\\N', "
+                "allow_quoted_nulls = false, auto_detect = false, "
+                f"columns = {{{', '.join(repr(n) + ': ' + repr(t) for n, t in columns)}}})",
+                [str(path)],
+            )
+        else:
+            with self._conn.cursor() as cur, open(path, encoding="utf-8") as fh:
+                cur.copy_expert(
+                    f"copy {table} ({cols}) from stdin with (format csv, null '\\N')", fh
+                )
+
+    # -- catalogue ------------------------------------------------------------------
+    def relation_exists(self, schema: str, name: str) -> bool:
+        return bool(
+            self.scalar(
+                "select count(*) from information_schema.tables "
+                "where table_schema = %s and table_name = %s",
+                (schema, name),
+            )
+        )
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._conn.close()
+
+    def __enter__(self) -> Warehouse:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,29 @@
+{#
+    Every valid event of every landing source with its event time and its arrival
+    time: the input of the one lateness model. A new source adds one select here.
+#}
+{{ config(tags=['sales', 'lateness']) }}
+
+with
+
+sales as (
+
+    select
+        'sales' as source_name,
+        event_id as event_key,
+        sold_at as event_at,
+        received_at,
+        sale_date as event_date
+
+    from {{ ref('int_sale_lines_validated') }}
+    where is_valid
+
+),
+
+final as (
+
+    select * from sales
+
+)
+
+select * from final

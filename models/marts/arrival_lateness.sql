@@ -1,0 +1,111 @@
+{#
+    Lateness per source, measured from the data, and the nightly window it
+    recommends: the fewest days that cover lateness_coverage_target of events.
+
+    A nightly run at 00:30 on day N rebuilds days N-W .. N-1 from batches
+    complete by 00:00, so day D is rebuilt for the last time when it is
+    (W-1)*24 hours old: a window of W days covers the events that arrive within
+    (W-1)*24 hours of the end of their day.
+#}
+{{ config(tags=['sales', 'lateness']) }}
+
+{%- set target = var('lateness_coverage_target') -%}
+
+with
+
+delays as (
+
+    select * from {{ ref('int_arrival_delays_measured') }}
+
+),
+
+curve as (
+
+    select * from {{ ref('arrival_lateness_curve') }}
+
+),
+
+percentiles as (
+
+    select
+        source_name,
+        count(*) as events_measured,
+        min(measured_from_date) as measured_from_date,
+        min(measured_to_date) as measured_to_date,
+        percentile_cont(0.5) within group (order by delay_hours) as delay_p50_hours,
+        percentile_cont(0.9) within group (order by delay_hours) as delay_p90_hours,
+        percentile_cont(0.99) within group (order by delay_hours) as delay_p99_hours,
+        percentile_cont(0.999) within group (order by delay_hours) as delay_p999_hours,
+        max(delay_hours) as delay_max_hours
+
+    from delays
+    group by source_name
+
+),
+
+window_coverage as (
+
+    -- share covered by a window of W days: the curve at age (W-1)*24 hours
+    select
+        source_name,
+        cast(age_hours / 24 as integer) + 1 as window_days,
+        share_arrived
+
+    from curve
+    where mod(age_hours, 24) = 0
+
+),
+
+recommended as (
+
+    select
+        source_name,
+        min(window_days) as recommended_window_days
+
+    from window_coverage
+    where share_arrived >= {{ target }}
+    group by source_name
+
+),
+
+configured as (
+
+    select
+        percentiles.source_name,
+        {{ dayclose.window_days_of('percentiles.source_name') }} as configured_window_days
+
+    from percentiles
+
+),
+
+final as (
+
+    select
+        percentiles.source_name,
+        percentiles.measured_from_date,
+        percentiles.measured_to_date,
+        percentiles.events_measured,
+        percentiles.delay_p50_hours,
+        percentiles.delay_p90_hours,
+        percentiles.delay_p99_hours,
+        percentiles.delay_p999_hours,
+        percentiles.delay_max_hours,
+        configured.configured_window_days,
+        covered.share_arrived as configured_window_share,
+        recommended.recommended_window_days,
+        {{ target }} as coverage_target,
+        coalesce(covered.share_arrived >= {{ target }}, false) as is_window_sufficient
+
+    from percentiles
+    inner join configured
+        on percentiles.source_name = configured.source_name
+    left join window_coverage as covered
+        on
+            configured.source_name = covered.source_name
+            and configured.configured_window_days = covered.window_days
+    left join recommended
+        on percentiles.source_name = recommended.source_name
+
+)
+
+select * from final

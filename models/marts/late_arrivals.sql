@@ -1,0 +1,131 @@
+{#
+    Events that arrived after their day's last nightly rebuild: too late for the
+    window. Day D is rebuilt for the last time by the run on day D + W (W the
+    source's window), which sees arrivals before D + W 00:00; anything of day D
+    arriving later reaches the published numbers only through a restatement.
+
+    One row per source and event date with such events (among arrivals of the
+    last late_arrival_scan_days days), and whether the published numbers of
+    that day still differ from the source: needs_restatement.
+#}
+{{ config(tags=['sales', 'lateness']) }}
+
+{%- set scan_from = dayclose.as_of_day_offset(-var('late_arrival_scan_days')) -%}
+
+with
+
+arrivals as (
+
+    select * from {{ ref('int_arrivals_unioned') }}
+
+),
+
+daily_sales as (
+
+    select * from {{ ref('daily_sales') }}
+
+),
+
+recent_arrivals as (
+
+    select
+        source_name,
+        event_date
+    from arrivals
+    where
+        received_at >= {{ dayclose.timestamp_literal(scan_from ~ ' 00:00:00') }}
+        and received_at >= {{ dbt.dateadd('day', dayclose.window_days_of('source_name'), 'event_date') }}
+
+),
+
+candidate_days as (
+
+    select distinct
+        source_name,
+        event_date
+
+    from recent_arrivals
+
+),
+
+candidate_events as (
+
+    -- every arrival of the candidate days, to find each event's first arrival
+    select
+        arrivals.source_name,
+        arrivals.event_key,
+        arrivals.event_date,
+        min(arrivals.received_at) as first_received_at
+
+    from arrivals
+    inner join candidate_days
+        on
+            arrivals.source_name = candidate_days.source_name
+            and arrivals.event_date = candidate_days.event_date
+    where arrivals.event_at >= (
+        select cast(min(event_date) as {{ dbt.type_timestamp() }}) from candidate_days
+    )
+    group by arrivals.source_name, arrivals.event_key, arrivals.event_date
+
+),
+
+late_days as (
+
+    select
+        source_name,
+        event_date,
+        count(*) as events_in_day,
+        sum(
+            case
+                when first_received_at >= {{ dbt.dateadd('day', dayclose.window_days_of('source_name'), 'event_date') }}
+                    then 1
+                else 0
+            end
+        ) as events_too_late,
+        max(first_received_at) as last_received_at
+
+    from candidate_events
+    group by source_name, event_date
+
+),
+
+sales_published as (
+
+    select
+        'sales' as source_name,
+        sale_date as event_date,
+        sum(sales_count) as events_published
+
+    from daily_sales
+    where sale_date in (select event_date from candidate_days where source_name = 'sales')
+    group by sale_date
+
+),
+
+published as (
+
+    select * from sales_published
+
+),
+
+final as (
+
+    select
+        late_days.source_name,
+        late_days.event_date,
+        late_days.events_too_late,
+        late_days.last_received_at,
+        late_days.events_in_day as source_events,
+        coalesce(published.events_published, 0) as published_events,
+        late_days.events_in_day <> coalesce(published.events_published, 0) as needs_restatement
+
+    from late_days
+    left join published
+        on
+            late_days.source_name = published.source_name
+            and late_days.event_date = published.event_date
+    where late_days.events_too_late > 0
+
+)
+
+select * from final
