@@ -64,10 +64,11 @@ def _environment(values: dict[str, str]) -> Iterator[None]:
 
 def dbt_args(target: Target, command: list[str], as_of: datetime | None = None,
              window: tuple[date, date] | None = None, extra_vars: dict[str, Any] | None = None,
-             ) -> list[str]:
+             quiet: bool = False) -> list[str]:
     """The argument list for one dbt invocation against `target`."""
     state = target.state_dir
     args = [
+        *(["--quiet"] if quiet else []),
         *command,
         "--project-dir", str(PROJECT_DIR),
         "--profiles-dir", str(profiles_dir(target)),

@@ -55,6 +55,7 @@ class RunSummary:
     dead_letters: dict[str, int] = field(default_factory=dict)
     lateness: dict[str, object] = field(default_factory=dict)
     restate_days: list[date] = field(default_factory=list)
+    window_days: int = 4
 
     @property
     def ok(self) -> bool:
@@ -120,7 +121,7 @@ def window_for(as_of: datetime, window_days: int) -> tuple[date, date]:
 
 def run_nightly(job_name: str, target: Target, landing: Path, as_of: datetime,
                 window_days: int | None = None, invoker: dbt.Invoker | None = None,
-                ) -> RunSummary:
+                quiet: bool = False) -> RunSummary:
     """Load, rebuild the window, run the gates, read back the summary."""
     job = JOBS[job_name]
     days = window_days or job.default_window_days
@@ -136,9 +137,9 @@ def run_nightly(job_name: str, target: Target, landing: Path, as_of: datetime,
             )
             if first is not None and first.date() < window[0]:
                 window = (first.date(), window[1])
-    summary = RunSummary(job_name, target.name, as_of, window, load)
+    summary = RunSummary(job_name, target.name, as_of, window, load, window_days=days)
     args = dbt.dbt_args(target, ["build", "--select", job.selector], as_of=as_of, window=window,
-                        extra_vars={job.window_var: days})
+                        extra_vars={job.window_var: days}, quiet=quiet)
     summary.build = dbt.invoke(target, args, invoker)
     if summary.build.success or summary.build.nodes:
         with Warehouse(target) as wh:
@@ -156,8 +157,8 @@ def _reason_kind(reason: str | None) -> str:
 
 def _read_back(wh: Warehouse, job: Job, summary: RunSummary) -> None:
     schema = wh.target.schema
-    start, end = summary.window
-    start = max(start, end - timedelta(days=JOBS[summary.job].default_window_days + 7))
+    end = summary.window[1]
+    start = end - timedelta(days=summary.window_days)
     if wh.relation_exists(schema, job.mart):
         rows = wh.query(
             f"select {job.date_column}, sum(sales_amount), sum(sales_count), bool_or(can_still_change), "

@@ -1,0 +1,86 @@
+"""Fixtures: every scenario runs on the embedded DuckDB and on a real Postgres.
+
+Postgres comes from the libpq variables (PGHOST, PGPORT, PGUSER, PGPASSWORD,
+PGDATABASE) when PGHOST is set, else from an embedded server started here with
+the pgserver package. Each test gets its own fresh database. A Postgres test
+never skips: if no server can be had, it errors.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import parse_qs, urlparse
+
+import psycopg2
+import pytest
+
+from flows.settings import Target, resolve_target
+
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("DO_NOT_TRACK", "1")
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[dict[str, str]]:
+    """libpq settings of a Postgres server: the environment's, or an embedded one."""
+    if os.environ.get("PGHOST"):
+        yield {k: os.environ[k] for k in ("PGHOST", "PGPORT", "PGUSER", "PGPASSWORD")
+               if k in os.environ}
+        return
+    import pgserver
+
+    data = tempfile.mkdtemp(prefix="dayclose-pg-")
+    server = pgserver.get_server(data, cleanup_mode="stop")
+    uri = urlparse(server.get_uri())
+    settings = {"PGHOST": parse_qs(uri.query)["host"][0], "PGUSER": uri.username or "postgres"}
+    try:
+        yield settings
+    finally:
+        server.cleanup()
+
+
+def _admin_connect(settings: dict[str, str]):
+    conn = psycopg2.connect(
+        host=settings["PGHOST"], port=settings.get("PGPORT", "5432"), user=settings.get("PGUSER"),
+        password=settings.get("PGPASSWORD"), dbname="postgres",
+    )
+    conn.autocommit = True
+    return conn
+
+
+@pytest.fixture(params=["duckdb", "postgres"])
+def engine(request, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Target]:
+    """A fresh, empty warehouse of each kind, with the environment pointing at it."""
+    monkeypatch.setenv("DAYCLOSE_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.delenv("DBT_PROFILES_DIR", raising=False)
+    if request.param == "duckdb":
+        monkeypatch.setenv("DAYCLOSE_DUCKDB", str(tmp_path / "warehouse.duckdb"))
+        yield resolve_target("duckdb")
+        return
+    settings = request.getfixturevalue("postgres_server")
+    for key, value in settings.items():
+        monkeypatch.setenv(key, value)
+    name = f"dayclose_test_{uuid.uuid4().hex[:10]}"
+    admin = _admin_connect(settings)
+    with admin.cursor() as cur:
+        cur.execute(f"create database {name}")
+    monkeypatch.setenv("PGDATABASE", name)
+    monkeypatch.setenv("DAYCLOSE_SCHEMA", "dayclose")
+    try:
+        yield resolve_target("postgres")
+    finally:
+        with admin.cursor() as cur:
+            cur.execute(f"drop database if exists {name} with (force)")
+        admin.close()
+
+
+@pytest.fixture
+def landing(tmp_path: Path) -> Path:
+    path = tmp_path / "landing"
+    path.mkdir()
+    return path
