@@ -24,21 +24,27 @@ def parse_as_of(text: str | None) -> datetime:
 def _generate(args: argparse.Namespace) -> int:
     if args.source == "sales":
         report = generate_sales(
-            Path(args.landing), parse_date(args.start), args.days, shops=args.shops,
-            seed=args.seed, events_per_day=args.events_per_day, progress=stderr_progress,
+            Path(args.landing),
+            parse_date(args.start),
+            args.days,
+            shops=args.shops,
+            seed=args.seed,
+            events_per_day=args.events_per_day,
+            progress=stderr_progress,
         )
     else:  # pragma: no cover - argparse restricts the choices
         raise SystemExit(f"unknown source {args.source}")
-    print(f"generated {report.events:,} {args.source} events as {report.lines:,} lines in "
-          f"{report.batches} batches ({report.seconds:.1f}s); ground truth: {report.truth_path}")
+    print(
+        f"generated {report.events:,} {args.source} events as {report.lines:,} lines in "
+        f"{report.batches} batches ({report.seconds:.1f}s); ground truth: {report.truth_path}"
+    )
     return 0
 
 
 def _run(args: argparse.Namespace) -> int:
     from flows.jobs import run_nightly
 
-    summary = run_nightly(args.job, resolve_target(args.target), Path(args.landing),
-                          parse_as_of(args.as_of))
+    summary = run_nightly(args.job, resolve_target(args.target), Path(args.landing), parse_as_of(args.as_of))
     print("\n".join(summary.lines()))
     return 0 if summary.ok else 1
 
@@ -61,8 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--start", required=True, help="first day, YYYY-MM-DD")
     gen.add_argument("--days", type=int, required=True)
     gen.add_argument("--shops", type=int, default=140)
-    gen.add_argument("--events-per-day", type=int, default=None,
-                     help="sales per day (default: 61 per shop)")
+    gen.add_argument("--events-per-day", type=int, default=None, help="sales per day (default: 61 per shop)")
     gen.add_argument("--seed", type=int, default=0)
     gen.add_argument("--landing", required=True)
     gen.set_defaults(func=_generate)
@@ -71,8 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("job", choices=["sales"])
     run.add_argument("--as-of", default=None, help="UTC instant, e.g. 2026-11-24T00:30 (default: now)")
     run.add_argument("--landing", required=True)
-    run.add_argument("--target", choices=TARGETS, default=None,
-                     help="duckdb (default, file DAYCLOSE_DUCKDB) or postgres (libpq PG* variables)")
+    run.add_argument(
+        "--target",
+        choices=TARGETS,
+        default=None,
+        help="duckdb (default, file DAYCLOSE_DUCKDB) or postgres (libpq PG* variables)",
+    )
     run.set_defaults(func=_run)
 
     demo = sub.add_parser("demo", help="incident 000 replayed: the original job vs dayclose")

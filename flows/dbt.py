@@ -62,19 +62,29 @@ def _environment(values: dict[str, str]) -> Iterator[None]:
                 os.environ[key] = old
 
 
-def dbt_args(target: Target, command: list[str], as_of: datetime | None = None,
-             window: tuple[date, date] | None = None, extra_vars: dict[str, Any] | None = None,
-             quiet: bool = False) -> list[str]:
+def dbt_args(
+    target: Target,
+    command: list[str],
+    as_of: datetime | None = None,
+    window: tuple[date, date] | None = None,
+    extra_vars: dict[str, Any] | None = None,
+    quiet: bool = False,
+) -> list[str]:
     """The argument list for one dbt invocation against `target`."""
     state = target.state_dir
     args = [
         *(["--quiet"] if quiet else []),
         *command,
-        "--project-dir", str(PROJECT_DIR),
-        "--profiles-dir", str(profiles_dir(target)),
-        "--target", target.name,
-        "--target-path", str(state / "target"),
-        "--log-path", str(state / "logs"),
+        "--project-dir",
+        str(PROJECT_DIR),
+        "--profiles-dir",
+        str(profiles_dir(target)),
+        "--target",
+        target.name,
+        "--target-path",
+        str(state / "target"),
+        "--log-path",
+        str(state / "logs"),
     ]
     variables: dict[str, Any] = dict(extra_vars or {})
     if as_of is not None:

@@ -53,14 +53,17 @@ def run_demo(landing: Path | None = None, target_name: str | None = None) -> int
         print(f"generating {HISTORY_DAYS + 7} days of till sales for {SHOPS} shops into {landing} ...")
         generate_sales(landing, start, HISTORY_DAYS + 7, shops=SHOPS, seed=SEED)
     truth = sum(
-        (Decimal(amount) for (day, _), (amount, _) in read_truth(truth_file).items()
-         if day == MONDAY.isoformat()),
+        (
+            Decimal(amount)
+            for (day, _), (amount, _) in read_truth(truth_file).items()
+            if day == MONDAY.isoformat()
+        ),
         Decimal(0),
     )
     where = target.duckdb_path or f"Postgres schema {target.schema}"
     print(f"warehouse: {where}\n")
     print(f"Monday {MONDAY}: daily sales of {SHOPS} shops, summed at each nightly run")
-    print(f"{'run':<18}{'dayclose':>16}{'':>9}{'original job':>16}{'':>9}")
+    print(f"{'run':<20}  {'dayclose':>14} {'share':>7}  {'original job':>14} {'share':>7}")
     original: Decimal | None = None
     last: RunSummary | None = None
     for offset, name in enumerate(NIGHTS, start=1):
@@ -72,19 +75,24 @@ def run_demo(landing: Path | None = None, target_name: str | None = None) -> int
         if original is None:
             original = original_job_total(target_name, as_of)
         ours = _monday_total(last)
-        print(f"{name} {as_of:%Y-%m-%d %H:%M}  {ours:>14,.2f} {ours / truth:>7.1%}  "
-              f"{original:>14,.2f} {original / truth:>7.1%}")
+        print(
+            f"{name} {as_of:%Y-%m-%d %H:%M}  {ours:>14,.2f} {ours / truth:>7.1%}  "
+            f"{original:>14,.2f} {original / truth:>7.1%}"
+        )
     print(f"{'truth (generator)':<18}{truth:>16,.2f} {1:>7.1%}")
     assert last is not None
     print(f"\nafter the run of Fri {last.as_of:%Y-%m-%d %H:%M}:")
     for day in last.days:
         state = "can still change" if day.can_still_change else "final"
         share = "-" if day.expected_share_complete is None else f"{day.expected_share_complete:.1%}"
-        print(f"  {day.day} ({day.day:%a}): {Decimal(day.total):>12,.2f}  {state:<17} "
-              f"expected complete {share}")
+        print(
+            f"  {day.day} ({day.day:%a}): {Decimal(day.total):>12,.2f}  {state:<17} expected complete {share}"
+        )
     lt = last.lateness
     if lt.get("share") is not None:
-        print(f"\nmeasured lateness: p99 {lt['p99']:.1f} h, p99.9 {lt['p999']:.1f} h; the "
-              f"{lt['configured']}-day window covers {lt['share']:.2%} of sales; "
-              f"recommended window: {lt['recommended']} days")
+        print(
+            f"\nmeasured lateness: p99 {lt['p99']:.1f} h, p99.9 {lt['p999']:.1f} h; the "
+            f"{lt['configured']}-day window covers {lt['share']:.2%} of sales; "
+            f"recommended window: {lt['recommended']} days"
+        )
     return 0

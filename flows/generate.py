@@ -104,8 +104,9 @@ class BatchWriter:
             manifest = {
                 "source": self.source,
                 "batch": folder.path.name.split("=", 1)[1],
-                "files": [{"name": p.name, "rows": p.rows, "sha256": p.sha.hexdigest()}
-                          for p in folder.parts],
+                "files": [
+                    {"name": p.name, "rows": p.rows, "sha256": p.sha.hexdigest()} for p in folder.parts
+                ],
             }
             tmp = folder.path / (MARKER + ".tmp")
             tmp.write_text(json.dumps(manifest, indent=1) + "\n")
@@ -117,8 +118,13 @@ def _malformed(rng: random.Random, event_id: str, shop: str, sold: int, received
     """One garbage line of a random kind (none of them is a real sale)."""
     kind = rng.randrange(8)
     bad = f"{event_id}-x"
-    good = {"event_id": bad, "shop_id": shop, "sold_at": _iso(sold),
-            "received_at": _iso(received), "amount": "12.50"}
+    good = {
+        "event_id": bad,
+        "shop_id": shop,
+        "sold_at": _iso(sold),
+        "received_at": _iso(received),
+        "amount": "12.50",
+    }
     if kind == 0:
         return json.dumps(good)[: rng.randrange(10, 60)]  # truncated JSON
     if kind == 1:
@@ -176,9 +182,7 @@ def generate_sales(
             sold = day_start + int(rand() * DAY)
             cents = 500 + int(rand() * 9001)
             u = rand()
-            for share, window in SALES_LATENESS:
-                if u < share:
-                    break
+            window = next(w for share, w in SALES_LATENESS if u < share)
             if window is None:
                 received = sold + min(int(rand() * 600), day_end - 1 - sold)
             else:
@@ -230,4 +234,3 @@ def stderr_progress(message: str) -> None:
 
 def parse_date(text: str) -> date:
     return datetime.strptime(text, "%Y-%m-%d").date()
-

@@ -96,8 +96,9 @@ class RunSummary:
         for d in self.days:
             share = "-" if d.expected_share_complete is None else f"{d.expected_share_complete:.1%}"
             state = "can still change" if d.can_still_change else "final"
-            out.append(f"  {d.day}: {d.total:>14,} from {d.count:>9,} sales; {state}; "
-                       f"expected complete {share}")
+            out.append(
+                f"  {d.day}: {d.total:>14,} from {d.count:>9,} sales; {state}; expected complete {share}"
+            )
         lt = self.lateness
         if lt.get("share") is not None:
             out.append(
@@ -107,8 +108,10 @@ class RunSummary:
         else:
             out.append("  lateness: not measured yet (no settled days in the measurement range)")
         if self.restate_days:
-            out.append("  days with events too late for the window (restate them): "
-                       + ", ".join(str(d) for d in self.restate_days))
+            out.append(
+                "  days with events too late for the window (restate them): "
+                + ", ".join(str(d) for d in self.restate_days)
+            )
         out.append("  result: " + ("ok" if self.ok else "FAILED"))
         return out
 
@@ -119,9 +122,15 @@ def window_for(as_of: datetime, window_days: int) -> tuple[date, date]:
     return end - timedelta(days=window_days), end
 
 
-def run_nightly(job_name: str, target: Target, landing: Path, as_of: datetime,
-                window_days: int | None = None, invoker: dbt.Invoker | None = None,
-                quiet: bool = False) -> RunSummary:
+def run_nightly(
+    job_name: str,
+    target: Target,
+    landing: Path,
+    as_of: datetime,
+    window_days: int | None = None,
+    invoker: dbt.Invoker | None = None,
+    quiet: bool = False,
+) -> RunSummary:
     """Load, rebuild the window, run the gates, read back the summary."""
     job = JOBS[job_name]
     days = window_days or job.default_window_days
@@ -138,8 +147,14 @@ def run_nightly(job_name: str, target: Target, landing: Path, as_of: datetime,
             if first is not None and first.date() < window[0]:
                 window = (first.date(), window[1])
     summary = RunSummary(job_name, target.name, as_of, window, load, window_days=days)
-    args = dbt.dbt_args(target, ["build", "--select", job.selector], as_of=as_of, window=window,
-                        extra_vars={job.window_var: days}, quiet=quiet)
+    args = dbt.dbt_args(
+        target,
+        ["build", "--select", job.selector],
+        as_of=as_of,
+        window=window,
+        extra_vars={job.window_var: days},
+        quiet=quiet,
+    )
     summary.build = dbt.invoke(target, args, invoker)
     if summary.build.success or summary.build.nodes:
         with Warehouse(target) as wh:
@@ -167,8 +182,7 @@ def _read_back(wh: Warehouse, job: Job, summary: RunSummary) -> None:
             (start, end),
         )
         summary.days = [
-            DayStatus(r[0], r[1], int(r[2]), bool(r[3]), None if r[4] is None else float(r[4]))
-            for r in rows
+            DayStatus(r[0], r[1], int(r[2]), bool(r[3]), None if r[4] is None else float(r[4])) for r in rows
         ]
     batch_ids = [r.batch_id for r in summary.load.loaded]
     if batch_ids and wh.relation_exists(schema, "sales_dead_letters"):
@@ -189,12 +203,17 @@ def _read_back(wh: Warehouse, job: Job, summary: RunSummary) -> None:
         )
         if row:
             p99, p999, configured, share, recommended = row[0]
-            summary.lateness = {"p99": float(p99), "p999": float(p999), "configured": configured,
-                                "share": None if share is None else float(share),
-                                "recommended": recommended}
+            summary.lateness = {
+                "p99": float(p99),
+                "p999": float(p999),
+                "configured": configured,
+                "share": None if share is None else float(share),
+                "recommended": recommended,
+            }
     if wh.relation_exists(schema, "late_arrivals"):
         summary.restate_days = [
-            r[0] for r in wh.query(
+            r[0]
+            for r in wh.query(
                 f"select event_date from {schema}.late_arrivals "
                 "where source_name = %s and needs_restatement order by 1",
                 (job.source.name,),

@@ -100,7 +100,17 @@ MAX_DECIMAL = Decimal("1e15")
 
 
 # -- decoding ------------------------------------------------------------------------------
+_CANONICAL_DECIMAL = re.compile(r"-?[0-9]{1,15}(\.[0-9]{1,2})?")
+
+
 def _timestamp(value: object) -> str:
+    # fast path for the common canonical form 'YYYY-MM-DDTHH:MM:SS[.ffffff]Z'
+    if isinstance(value, str) and value[-1:] == "Z" and len(value) in (20, 27) and value[10] == "T":
+        try:
+            datetime.fromisoformat(value[:-1])  # validates the calendar and clock
+            return value[:10] + " " + value[11:-1]
+        except ValueError:
+            raise ValueError(f"unparsable timestamp {value!r}") from None
     if not isinstance(value, str):
         raise ValueError(f"not an RFC 3339 string: {value!r}")
     text = value[:-1] + "+00:00" if value.endswith(("Z", "z")) else value
@@ -114,6 +124,8 @@ def _timestamp(value: object) -> str:
 
 
 def _decimal(value: object) -> str:
+    if isinstance(value, str) and _CANONICAL_DECIMAL.fullmatch(value):
+        return value
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise ValueError(f"not a decimal number: {value!r}")
     try:
@@ -242,9 +254,7 @@ def read_manifest(batch: Batch) -> tuple[dict[str, dict], str]:
     except (ValueError, KeyError, TypeError) as exc:
         raise ManifestMismatch(f"_SUCCESS is not a valid manifest ({exc})") from None
     if doc.get("source", batch.source) != batch.source or doc.get("batch", batch.batch_id) != batch.batch_id:
-        raise ManifestMismatch(
-            f"_SUCCESS names source {doc.get('source')!r} batch {doc.get('batch')!r}"
-        )
+        raise ManifestMismatch(f"_SUCCESS names source {doc.get('source')!r} batch {doc.get('batch')!r}")
     return files, hashlib.sha256(blob).hexdigest()
 
 
@@ -311,9 +321,7 @@ def ensure_landing(wh: Warehouse, spec: SourceSpec) -> None:
         # The nightly window reads by event time, the lateness models by arrival time:
         # both must stay proportional to the window, not to the history.
         for col in (spec.event_time, spec.arrival_time, "batch_id"):
-            wh.execute(
-                f"create index if not exists {spec.table}_{col}_idx on {schema}.{spec.table} ({col})"
-            )
+            wh.execute(f"create index if not exists {spec.table}_{col}_idx on {schema}.{spec.table} ({col})")
 
 
 def _iter_lines(path: Path, digest: hashlib._Hash) -> Iterator[tuple[int, str, str | None]]:
@@ -353,13 +361,22 @@ def _spool_batch(spec: SourceSpec, batch: Batch, manifest: dict[str, dict], spoo
         digest = hashlib.sha256()
         count = 0
         for number, text, problem in _iter_lines(batch.path / name, digest):
-            values, error = decode_line(spec, text) if problem is None else (
-                [NULL] * len(spec.fields), problem)
+            values, error = (
+                decode_line(spec, text) if problem is None else ([NULL] * len(spec.fields), problem)
+            )
             if error is not None:
                 errors += 1
             writer.writerow(
-                [batch.batch_id, arrived, completed, name, number,
-                 text, NULL if error is None else error, *values]
+                [
+                    batch.batch_id,
+                    arrived,
+                    completed,
+                    name,
+                    number,
+                    text,
+                    NULL if error is None else error,
+                    *values,
+                ]
             )
             count = number
         expected = manifest[name]
@@ -371,17 +388,35 @@ def _spool_batch(spec: SourceSpec, batch: Batch, manifest: dict[str, dict], spoo
     return rows, errors
 
 
-def _record(wh: Warehouse, spec: SourceSpec, batch: Batch, status: str, sha: str | None,
-            files: int, rows: int, errors: int, message: str) -> None:
+def _record(
+    wh: Warehouse,
+    spec: SourceSpec,
+    batch: Batch,
+    status: str,
+    sha: str | None,
+    files: int,
+    rows: int,
+    errors: int,
+    message: str,
+) -> None:
     ledger = f"{wh.target.landing_schema}.load_ledger"
-    wh.execute(f"delete from {ledger} where source_name = %s and batch_id = %s",
-               (spec.name, batch.batch_id))
+    wh.execute(f"delete from {ledger} where source_name = %s and batch_id = %s", (spec.name, batch.batch_id))
     wh.execute(
         f"insert into {ledger} (source_name, batch_id, status, manifest_sha256, files, "
         "rows_loaded, decode_errors, batch_arrived_at, loaded_at, message) "
         "values (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-        (spec.name, batch.batch_id, status, sha, files, rows, errors, batch.arrived_at,
-         datetime.now(UTC).replace(tzinfo=None), message),
+        (
+            spec.name,
+            batch.batch_id,
+            status,
+            sha,
+            files,
+            rows,
+            errors,
+            batch.arrived_at,
+            datetime.now(UTC).replace(tzinfo=None),
+            message,
+        ),
     )
 
 
@@ -392,8 +427,9 @@ def load_batch(wh: Warehouse, spec: SourceSpec, batch: Batch, previous_sha: str 
     except (ManifestMismatch, OSError) as exc:
         return _refuse(wh, spec, batch, None, str(exc))
     schema = wh.target.landing_schema
-    with tempfile.NamedTemporaryFile("w", suffix=".csv", encoding="utf-8", newline="",
-                                     dir=os.environ.get("DAYCLOSE_SPOOL_DIR")) as spool:
+    with tempfile.NamedTemporaryFile(
+        "w", suffix=".csv", encoding="utf-8", newline="", dir=os.environ.get("DAYCLOSE_SPOOL_DIR")
+    ) as spool:
         try:
             rows, errors = _spool_batch(spec, batch, manifest, spool)
         except (ManifestMismatch, OSError) as exc:
@@ -415,8 +451,13 @@ def _refuse(wh: Warehouse, spec: SourceSpec, batch: Batch, sha: str | None, reas
     return BatchResult(batch.batch_id, "refused", message=message)
 
 
-def load_source(wh: Warehouse, spec: SourceSpec, landing: Path, as_of: datetime,
-                progress: Callable[[str], None] | None = None) -> LoadReport:
+def load_source(
+    wh: Warehouse,
+    spec: SourceSpec,
+    landing: Path,
+    as_of: datetime,
+    progress: Callable[[str], None] | None = None,
+) -> LoadReport:
     """Load every complete, not yet loaded batch of `spec` that had arrived by `as_of`."""
     started = time.monotonic()
     ensure_landing(wh, spec)

@@ -42,8 +42,9 @@ class Warehouse:
 
             # libpq reads PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE itself.
             self._conn = psycopg2.connect(
-                "", application_name="dayclose", connect_timeout=int(
-                    os.environ.get("PGCONNECT_TIMEOUT", "10"))
+                "",
+                application_name="dayclose",
+                connect_timeout=int(os.environ.get("PGCONNECT_TIMEOUT", "10")),
             )
             self._conn.autocommit = True
 
@@ -96,16 +97,13 @@ class Warehouse:
             )
         else:
             with self._conn.cursor() as cur, open(path, encoding="utf-8") as fh:
-                cur.copy_expert(
-                    f"copy {table} ({cols}) from stdin with (format csv, null '\\N')", fh
-                )
+                cur.copy_expert(f"copy {table} ({cols}) from stdin with (format csv, null '\\N')", fh)
 
     # -- catalogue ------------------------------------------------------------------
     def relation_exists(self, schema: str, name: str) -> bool:
         return bool(
             self.scalar(
-                "select count(*) from information_schema.tables "
-                "where table_schema = %s and table_name = %s",
+                "select count(*) from information_schema.tables where table_schema = %s and table_name = %s",
                 (schema, name),
             )
         )

@@ -29,8 +29,7 @@ os.environ.setdefault("DO_NOT_TRACK", "1")
 def postgres_server() -> Iterator[dict[str, str]]:
     """libpq settings of a Postgres server: the environment's, or an embedded one."""
     if os.environ.get("PGHOST"):
-        yield {k: os.environ[k] for k in ("PGHOST", "PGPORT", "PGUSER", "PGPASSWORD")
-               if k in os.environ}
+        yield {k: os.environ[k] for k in ("PGHOST", "PGPORT", "PGUSER", "PGPASSWORD") if k in os.environ}
         return
     import pgserver
 
@@ -46,8 +45,11 @@ def postgres_server() -> Iterator[dict[str, str]]:
 
 def _admin_connect(settings: dict[str, str]):
     conn = psycopg2.connect(
-        host=settings["PGHOST"], port=settings.get("PGPORT", "5432"), user=settings.get("PGUSER"),
-        password=settings.get("PGPASSWORD"), dbname="postgres",
+        host=settings["PGHOST"],
+        port=settings.get("PGPORT", "5432"),
+        user=settings.get("PGUSER"),
+        password=settings.get("PGPASSWORD"),
+        dbname="postgres",
     )
     conn.autocommit = True
     return conn

@@ -18,12 +18,20 @@ def ts(text: str) -> datetime:
 
 
 def sale(event_id: str, shop: str, sold_at: str, received_at: str, amount: str = "10.00") -> str:
-    return json.dumps({"event_id": event_id, "shop_id": shop, "sold_at": sold_at,
-                       "received_at": received_at, "amount": amount})
+    return json.dumps(
+        {
+            "event_id": event_id,
+            "shop_id": shop,
+            "sold_at": sold_at,
+            "received_at": received_at,
+            "amount": amount,
+        }
+    )
 
 
-def write_batch(landing: Path, hour: str, lines: list[str], source: str = "sales",
-                sealed: bool = True) -> Path:
+def write_batch(
+    landing: Path, hour: str, lines: list[str], source: str = "sales", sealed: bool = True
+) -> Path:
     """One arrival-hour batch (hour 'YYYY-MM-DDTHH') with the given lines, and its manifest."""
     writer = BatchWriter(landing, source)
     arrival = calendar.timegm(datetime.strptime(hour, "%Y-%m-%dT%H").timetuple())

@@ -30,17 +30,24 @@ def test_rerun_at_same_as_of_gives_same_table(engine: Target, landing: Path) -> 
     again = run(engine, landing, "2026-11-24T00:30")
     assert again.ok, again.lines()
     assert again.load.loaded == [] and again.load.already_loaded == first.load.already_loaded + len(
-        first.load.loaded)
+        first.load.loaded
+    )
     assert daily_sales(engine) == before
     assert len(before) > 40
 
 
 def test_late_event_lands_in_its_sold_at_day_while_in_window(engine: Target, landing: Path) -> None:
-    write_batch(landing, "2026-11-23T18", [
-        sale("e1", "S-114", "2026-11-23T18:01:00Z", "2026-11-23T18:02:00Z", "100.00")])
+    write_batch(
+        landing,
+        "2026-11-23T18",
+        [sale("e1", "S-114", "2026-11-23T18:01:00Z", "2026-11-23T18:02:00Z", "100.00")],
+    )
     # sold Monday 18:42, received Tuesday 07:15: the incident's S-114 sale
-    write_batch(landing, "2026-11-24T07", [
-        sale("e2", "S-114", "2026-11-23T18:42:00Z", "2026-11-24T07:15:00Z", "1320.00")])
+    write_batch(
+        landing,
+        "2026-11-24T07",
+        [sale("e2", "S-114", "2026-11-23T18:42:00Z", "2026-11-24T07:15:00Z", "1320.00")],
+    )
     run(engine, landing, "2026-11-24T00:30")
     assert day_total(engine, MONDAY) == Decimal("100.00")
     summary = run(engine, landing, "2026-11-25T00:30")
@@ -52,9 +59,14 @@ def test_late_event_lands_in_its_sold_at_day_while_in_window(engine: Target, lan
 def test_seed_four_night_timeline(engine: Target, landing: Path) -> None:
     """Monday starts near 96.6% and reaches the truth by Fri 00:30; Tue..Thu stay provisional."""
     generate_sales(landing, date(2026, 11, 23), 7, shops=140, events_per_day=6000, seed=11)
-    truth = sum((Decimal(a) for (d, _), (a, _) in
-                 read_truth(landing / "truth" / "sales_daily_totals.csv").items() if d == MONDAY),
-                Decimal(0))
+    truth = sum(
+        (
+            Decimal(a)
+            for (d, _), (a, _) in read_truth(landing / "truth" / "sales_daily_totals.csv").items()
+            if d == MONDAY
+        ),
+        Decimal(0),
+    )
     shares = []
     for night in ("2026-11-24", "2026-11-25", "2026-11-26", "2026-11-27"):
         summary = run(engine, landing, f"{night}T00:30")
@@ -72,8 +84,14 @@ def test_malformed_lines_dead_lettered_with_reasons(engine: Target, landing: Pat
     ok = sale("ok1", "S-001", "2026-11-23T10:00:00Z", "2026-11-23T10:01:00Z", "25.50")
     bad = {
         2: '{"event_id": "b1", "shop_id": "S-001", "sold_at": ',
-        3: json.dumps({"event_id": "b2", "shop_id": "S-001", "sold_at": "2026-11-23T10:00:00Z",
-                       "received_at": "2026-11-23T10:01:00Z"}),
+        3: json.dumps(
+            {
+                "event_id": "b2",
+                "shop_id": "S-001",
+                "sold_at": "2026-11-23T10:00:00Z",
+                "received_at": "2026-11-23T10:01:00Z",
+            }
+        ),
         4: sale("b3", "S-001", "yesterday", "2026-11-23T10:01:00Z"),
         5: sale("b4", "S-001", "2026-11-23T10:00:00Z", "2026-11-23T10:01:00Z", "ten"),
         6: sale("b5", "S-001", "2026-11-23T10:00:00Z", "2026-11-23T10:01:00Z", "-4.00"),
@@ -103,27 +121,39 @@ def test_malformed_lines_dead_lettered_with_reasons(engine: Target, landing: Pat
 
 
 def test_incomplete_batch_waits_then_loads(engine: Target, landing: Path) -> None:
-    write_batch(landing, "2026-11-23T09", [
-        sale("a", "S-002", "2026-11-23T09:10:00Z", "2026-11-23T09:11:00Z", "7.00")])
-    folder = write_batch(landing, "2026-11-23T15", [
-        sale("b", "S-002", "2026-11-23T15:10:00Z", "2026-11-23T15:11:00Z", "8.00")], sealed=False)
+    write_batch(
+        landing, "2026-11-23T09", [sale("a", "S-002", "2026-11-23T09:10:00Z", "2026-11-23T09:11:00Z", "7.00")]
+    )
+    folder = write_batch(
+        landing,
+        "2026-11-23T15",
+        [sale("b", "S-002", "2026-11-23T15:10:00Z", "2026-11-23T15:11:00Z", "8.00")],
+        sealed=False,
+    )
     first = run(engine, landing, "2026-11-24T00:30")
     assert first.ok and first.load.waiting == ["2026-11-23T15"]
     assert daily_sales(engine) == {(MONDAY, "S-002"): (Decimal("7.00"), 1)}
     shutil.rmtree(folder)
-    write_batch(landing, "2026-11-23T15", [
-        sale("b", "S-002", "2026-11-23T15:10:00Z", "2026-11-23T15:11:00Z", "8.00")])
+    write_batch(
+        landing, "2026-11-23T15", [sale("b", "S-002", "2026-11-23T15:10:00Z", "2026-11-23T15:11:00Z", "8.00")]
+    )
     second = run(engine, landing, "2026-11-24T00:30")
     assert second.ok and second.load.waiting == [] and len(second.load.loaded) == 1
     assert daily_sales(engine) == {(MONDAY, "S-002"): (Decimal("15.00"), 2)}
 
 
 def test_manifest_mismatch_refuses_batch_whole(engine: Target, landing: Path) -> None:
-    write_batch(landing, "2026-11-23T09", [
-        sale("a", "S-003", "2026-11-23T09:10:00Z", "2026-11-23T09:11:00Z", "7.00")])
-    folder = write_batch(landing, "2026-11-23T10", [
-        sale("b", "S-003", "2026-11-23T10:10:00Z", "2026-11-23T10:11:00Z", "8.00"),
-        sale("c", "S-003", "2026-11-23T10:20:00Z", "2026-11-23T10:21:00Z", "9.00")])
+    write_batch(
+        landing, "2026-11-23T09", [sale("a", "S-003", "2026-11-23T09:10:00Z", "2026-11-23T09:11:00Z", "7.00")]
+    )
+    folder = write_batch(
+        landing,
+        "2026-11-23T10",
+        [
+            sale("b", "S-003", "2026-11-23T10:10:00Z", "2026-11-23T10:11:00Z", "8.00"),
+            sale("c", "S-003", "2026-11-23T10:20:00Z", "2026-11-23T10:21:00Z", "9.00"),
+        ],
+    )
     manifest = json.loads((folder / "_SUCCESS").read_text())
     manifest["files"][0]["rows"] = 3
     (folder / "_SUCCESS").write_text(json.dumps(manifest))
@@ -137,8 +167,7 @@ def test_manifest_mismatch_refuses_batch_whole(engine: Target, landing: Path) ->
     # a tampered file (same row count, other bytes) is refused too
     manifest["files"][0]["rows"] = 2
     (folder / "_SUCCESS").write_text(json.dumps(manifest))
-    (folder / "part-0000.jsonl").write_text(
-        (folder / "part-0000.jsonl").read_text().replace("8.00", "80.00"))
+    (folder / "part-0000.jsonl").write_text((folder / "part-0000.jsonl").read_text().replace("8.00", "80.00"))
     summary = run(engine, landing, "2026-11-24T00:30")
     assert "sha256" in summary.load.refused[0].message
     assert day_total(engine, MONDAY) == Decimal("7.00")
@@ -147,25 +176,35 @@ def test_manifest_mismatch_refuses_batch_whole(engine: Target, landing: Path) ->
 def test_resends_counted_once(engine: Target, landing: Path) -> None:
     line = sale("r1", "S-004", "2026-11-23T08:00:00Z", "2026-11-23T08:01:00Z", "12.00")
     write_batch(landing, "2026-11-23T08", [line, line])
-    write_batch(landing, "2026-11-23T13", [
-        sale("r1", "S-004", "2026-11-23T08:00:00Z", "2026-11-23T13:30:00Z", "12.00")])
+    write_batch(
+        landing,
+        "2026-11-23T13",
+        [sale("r1", "S-004", "2026-11-23T08:00:00Z", "2026-11-23T13:30:00Z", "12.00")],
+    )
     summary = run(engine, landing, "2026-11-24T00:30")
     assert summary.ok, summary.lines()
     assert daily_sales(engine) == {(MONDAY, "S-004"): (Decimal("12.00"), 1)}
 
 
 def test_shop_day_whose_source_rows_are_gone_is_removed(engine: Target, landing: Path) -> None:
-    write_batch(landing, "2026-11-23T08", [
-        sale("g1", "S-005", "2026-11-23T08:00:00Z", "2026-11-23T08:01:00Z", "5.00"),
-        sale("g2", "S-006", "2026-11-23T08:00:00Z", "2026-11-23T08:01:00Z", "6.00"),
-        sale("g3", "S-006", "2026-11-22T08:00:00Z", "2026-11-23T08:01:00Z", "7.00")])
+    write_batch(
+        landing,
+        "2026-11-23T08",
+        [
+            sale("g1", "S-005", "2026-11-23T08:00:00Z", "2026-11-23T08:01:00Z", "5.00"),
+            sale("g2", "S-006", "2026-11-23T08:00:00Z", "2026-11-23T08:01:00Z", "6.00"),
+            sale("g3", "S-006", "2026-11-22T08:00:00Z", "2026-11-23T08:01:00Z", "7.00"),
+        ],
+    )
     run(engine, landing, "2026-11-24T00:30")
-    assert set(daily_sales(engine)) == {
-        (MONDAY, "S-005"), (MONDAY, "S-006"), ("2026-11-22", "S-006")}
+    assert set(daily_sales(engine)) == {(MONDAY, "S-005"), (MONDAY, "S-006"), ("2026-11-22", "S-006")}
     # upstream re-delivers the batch corrected: S-006's Monday sale and all of Sunday are gone
     shutil.rmtree(landing / "sales" / "arrived=2026-11-23T08")
-    write_batch(landing, "2026-11-23T08", [
-        sale("g1", "S-005", "2026-11-23T08:00:00Z", "2026-11-23T08:01:00Z", "5.00")])
+    write_batch(
+        landing,
+        "2026-11-23T08",
+        [sale("g1", "S-005", "2026-11-23T08:00:00Z", "2026-11-23T08:01:00Z", "5.00")],
+    )
     summary = run(engine, landing, "2026-11-24T00:30")
     assert summary.ok, summary.lines()
     assert [r.status for r in summary.load.results] == ["replaced"]

@@ -83,7 +83,7 @@ final as (
         cumulative.events_arrived,
         totals.events_measured,
         cast(cumulative.events_arrived as {{ dbt.type_numeric() }})
-            / totals.events_measured as share_arrived,
+        / totals.events_measured as share_arrived,
         totals.measured_from_date,
         totals.measured_to_date
 

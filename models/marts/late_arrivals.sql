@@ -48,6 +48,13 @@ candidate_days as (
 
 ),
 
+candidate_range as (
+
+    select cast(min(event_date) as {{ dbt.type_timestamp() }}) as first_event_at
+    from candidate_days
+
+),
+
 candidate_events as (
 
     -- every arrival of the candidate days, to find each event's first arrival
@@ -58,13 +65,12 @@ candidate_events as (
         min(arrivals.received_at) as first_received_at
 
     from arrivals
+    inner join candidate_range
+        on arrivals.event_at >= candidate_range.first_event_at
     inner join candidate_days
         on
             arrivals.source_name = candidate_days.source_name
             and arrivals.event_date = candidate_days.event_date
-    where arrivals.event_at >= (
-        select cast(min(event_date) as {{ dbt.type_timestamp() }}) from candidate_days
-    )
     group by arrivals.source_name, arrivals.event_key, arrivals.event_date
 
 ),
@@ -93,12 +99,15 @@ sales_published as (
 
     select
         'sales' as source_name,
-        sale_date as event_date,
-        sum(sales_count) as events_published
+        daily_sales.sale_date as event_date,
+        sum(daily_sales.sales_count) as events_published
 
     from daily_sales
-    where sale_date in (select event_date from candidate_days where source_name = 'sales')
-    group by sale_date
+    inner join candidate_days
+        on
+            daily_sales.sale_date = candidate_days.event_date
+            and candidate_days.source_name = 'sales'
+    group by daily_sales.sale_date
 
 ),
 
