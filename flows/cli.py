@@ -7,7 +7,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from flows.generate import generate_sales, parse_date, stderr_progress
+from flows.generate import generate_sales, generate_units, parse_date, stderr_progress
 from flows.settings import TARGETS, resolve_target
 
 
@@ -22,18 +22,25 @@ def parse_as_of(text: str | None) -> datetime:
 
 
 def _generate(args: argparse.Namespace) -> int:
+    common = {"seed": args.seed, "progress": stderr_progress}
     if args.source == "sales":
         report = generate_sales(
             Path(args.landing),
             parse_date(args.start),
             args.days,
             shops=args.shops,
-            seed=args.seed,
             events_per_day=args.events_per_day,
-            progress=stderr_progress,
+            **common,
         )
-    else:  # pragma: no cover - argparse restricts the choices
-        raise SystemExit(f"unknown source {args.source}")
+    else:
+        report = generate_units(
+            Path(args.landing),
+            parse_date(args.start),
+            args.days,
+            plants=args.plants,
+            units_per_day=args.events_per_day,
+            **common,
+        )
     print(
         f"generated {report.events:,} {args.source} events as {report.lines:,} lines in "
         f"{report.batches} batches ({report.seconds:.1f}s); ground truth: {report.truth_path}"
@@ -45,6 +52,22 @@ def _run(args: argparse.Namespace) -> int:
     from flows.jobs import run_nightly
 
     summary = run_nightly(args.job, resolve_target(args.target), Path(args.landing), parse_as_of(args.as_of))
+    print("\n".join(summary.lines()))
+    return 0 if summary.ok else 1
+
+
+def _restate(args: argparse.Namespace) -> int:
+    from flows.jobs import restate
+
+    summary = restate(
+        args.job,
+        resolve_target(args.target),
+        parse_date(args.start),
+        parse_date(args.end),
+        args.reason,
+        landing=Path(args.landing) if args.landing else None,
+        as_of=parse_as_of(args.as_of) if args.as_of else None,
+    )
     print("\n".join(summary.lines()))
     return 0 if summary.ok else 1
 
@@ -63,17 +86,24 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     gen = sub.add_parser("generate", help="write synthetic landing batches")
-    gen.add_argument("source", choices=["sales"])
+    gen.add_argument("source", choices=["sales", "units"])
     gen.add_argument("--start", required=True, help="first day, YYYY-MM-DD")
     gen.add_argument("--days", type=int, required=True)
     gen.add_argument("--shops", type=int, default=140)
-    gen.add_argument("--events-per-day", type=int, default=None, help="sales per day (default: 61 per shop)")
+    gen.add_argument("--plants", type=int, default=300, help="units: breweries (2 lines each)")
+    gen.add_argument(
+        "--events-per-day",
+        "--units-per-day",
+        type=int,
+        default=None,
+        help="events per day (sales default: 61 per shop; units default: 200 per line)",
+    )
     gen.add_argument("--seed", type=int, default=0)
     gen.add_argument("--landing", required=True)
     gen.set_defaults(func=_generate)
 
     run = sub.add_parser("run", help="the nightly job: load, rebuild the window, run the gates")
-    run.add_argument("job", choices=["sales"])
+    run.add_argument("job", choices=["sales", "units"])
     run.add_argument("--as-of", default=None, help="UTC instant, e.g. 2026-11-24T00:30 (default: now)")
     run.add_argument("--landing", required=True)
     run.add_argument(
@@ -83,6 +113,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="duckdb (default, file DAYCLOSE_DUCKDB) or postgres (libpq PG* variables)",
     )
     run.set_defaults(func=_run)
+
+    rst = sub.add_parser("restate", help="rebuild closed days beyond the window, recorded and gated")
+    rst.add_argument("job", choices=["sales", "units"])
+    rst.add_argument("--start", required=True, help="first day to restate, YYYY-MM-DD")
+    rst.add_argument("--end", required=True, help="last day to restate, YYYY-MM-DD (inclusive)")
+    rst.add_argument("--reason", required=True, help="why: recorded with every value it changes")
+    rst.add_argument("--landing", default=None, help="load complete batches not yet loaded first")
+    rst.add_argument("--as-of", default=None, help="UTC instant (default: now)")
+    rst.add_argument("--target", choices=TARGETS, default=None)
+    rst.set_defaults(func=_restate)
 
     demo = sub.add_parser("demo", help="incident 000 replayed: the original job vs dayclose")
     demo.add_argument("--landing", default=None, help="where to write the demo's batches")

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
+from functools import lru_cache
 from pathlib import Path
+
+import yaml
 
 from flows import dbt
 from flows.landing import SOURCES, LoadReport, SourceSpec, load_source
-from flows.settings import Target
+from flows.settings import PROJECT_DIR, Target
 from flows.warehouse import Warehouse
 
 
@@ -22,16 +25,54 @@ class Job:
     """What a nightly job of one source builds and reads back."""
 
     source: SourceSpec
-    window_var: str
-    default_window_days: int
-    selector: str
     mart: str
     date_column: str
+    value_sql: str  # the day's headline figure
+    count_sql: str
+    value_label: str
+    count_label: str
+
+    @property
+    def selector(self) -> str:
+        return f"+tag:{self.source.name}"
+
+    @property
+    def window_var(self) -> str:
+        return f"{self.source.name}_window_days"
+
+    @property
+    def dead_letters(self) -> str:
+        return f"{self.source.name}_dead_letters"
+
+    @property
+    def late_arrivals(self) -> str:
+        return f"{self.source.name}_late_arrivals"
 
 
 JOBS: dict[str, Job] = {
-    "sales": Job(SOURCES["sales"], "sales_window_days", 4, "+tag:sales", "daily_sales", "sale_date"),
+    "sales": Job(
+        SOURCES["sales"], "daily_sales", "sale_date", "sum(sales_amount)", "sum(sales_count)", "", "sales"
+    ),
+    "units": Job(
+        SOURCES["units"],
+        "daily_good_units",
+        "production_date",
+        "sum(good_units)",
+        "sum(good_units + rejected_units)",
+        "good units",
+        "units",
+    ),
 }
+
+
+FIRST_BUILD_LOOKBACK_DAYS = 31
+
+
+@lru_cache(maxsize=1)
+def project_vars() -> dict:
+    """The vars of dbt_project.yml: the one place the windows and thresholds are set."""
+    with open(PROJECT_DIR / "dbt_project.yml") as fh:
+        return yaml.safe_load(fh)["vars"]
 
 
 @dataclass
@@ -56,6 +97,7 @@ class RunSummary:
     lateness: dict[str, object] = field(default_factory=dict)
     restate_days: list[date] = field(default_factory=list)
     window_days: int = 4
+    kind: str = "run"
 
     @property
     def ok(self) -> bool:
@@ -65,8 +107,8 @@ class RunSummary:
         """The short printed summary."""
         start, end = self.window
         out = [
-            f"dayclose run {self.job} as of {self.as_of:%Y-%m-%d %H:%M} UTC on {self.target}: "
-            f"window {start} .. {end - timedelta(days=1)}",
+            f"dayclose {self.kind} {self.job} as of {self.as_of:%Y-%m-%d %H:%M} UTC on {self.target}: "
+            f"days {start} .. {end - timedelta(days=1)}",
             f"  load: {len(self.load.loaded)} batches, {self.load.rows_loaded:,} lines loaded; "
             f"{self.load.already_loaded} already loaded; {len(self.load.waiting)} waiting for _SUCCESS; "
             f"{len(self.load.refused)} refused ({self.load.seconds:.1f}s)",
@@ -93,11 +135,13 @@ class RunSummary:
                 out.append(f"  warn {node.name}: {node.message}")
             if self.build.error:
                 out.append(f"  ERROR dbt: {self.build.error}")
+        job = JOBS[self.job]
         for d in self.days:
             share = "-" if d.expected_share_complete is None else f"{d.expected_share_complete:.1%}"
             state = "can still change" if d.can_still_change else "final"
             out.append(
-                f"  {d.day}: {d.total:>14,} from {d.count:>9,} sales; {state}; expected complete {share}"
+                f"  {d.day}: {d.total:>14,} {job.value_label} of {d.count:>10,} {job.count_label}; "
+                f"{state}; expected complete {share}"
             )
         lt = self.lateness
         if lt.get("share") is not None:
@@ -133,26 +177,76 @@ def run_nightly(
 ) -> RunSummary:
     """Load, rebuild the window, run the gates, read back the summary."""
     job = JOBS[job_name]
-    days = window_days or job.default_window_days
+    days = window_days or int(project_vars()[job.window_var])
     with Warehouse(target) as wh:
         load = load_source(wh, job.source, landing, as_of)
         window = window_for(as_of, days)
         if not wh.relation_exists(target.schema, job.mart):
-            # first build: every day loaded so far, not only the window
+            # First build: every day loaded so far, not only the window; but not before a month
+            # ahead of the first arrival (a garbage timestamp must not start the history in 2001).
+            # Older days, if any, show in <source>_late_arrivals and are restated explicitly.
+            raw = f"{target.landing_schema}.{job.source.table}"
             first = wh.scalar(
-                f"select min({job.source.event_time}) from {target.landing_schema}.{job.source.table} "
-                "where decode_error is null and batch_completed_at <= %s",
+                f"select min({job.source.event_time}) from {raw} where decode_error is null "
+                f"and batch_completed_at <= %s and {job.source.event_time} >= "
+                f"(select min(batch_arrived_at) from {raw}) - interval '{FIRST_BUILD_LOOKBACK_DAYS} days'",
                 (as_of,),
             )
             if first is not None and first.date() < window[0]:
                 window = (first.date(), window[1])
     summary = RunSummary(job_name, target.name, as_of, window, load, window_days=days)
+    return _build(job, target, summary, {job.window_var: days}, invoker, quiet)
+
+
+def restate(
+    job_name: str,
+    target: Target,
+    start: date,
+    end: date,
+    reason: str,
+    landing: Path | None = None,
+    as_of: datetime | None = None,
+    invoker: dbt.Invoker | None = None,
+    quiet: bool = False,
+) -> RunSummary:
+    """Rebuild the days start..end (inclusive), beyond the nightly window if need be.
+
+    Loads any complete batch not yet loaded first (when given a landing), rebuilds the
+    days whole, runs the same gates, and records the reason with every value it changes
+    (daily_good_units_versions; units_restatements once the month has closed). Running it
+    again changes nothing.
+    """
+    if end < start:
+        raise SystemExit(f"dayclose restate: --end {end} is before --start {start}")
+    if not reason.strip():
+        raise SystemExit("dayclose restate: --reason must say why")
+    job = JOBS[job_name]
+    as_of = as_of or datetime.now(UTC).replace(tzinfo=None, microsecond=0)
+    with Warehouse(target) as wh:
+        load = load_source(wh, job.source, landing, as_of) if landing else LoadReport(job.source.name, as_of)
+    window = (start, end + timedelta(days=1))
+    summary = RunSummary(job_name, target.name, as_of, window, load, window_days=(window[1] - start).days)
+    summary.kind = "restate"
+    return _build(job, target, summary, {"restate_reason": reason}, invoker, quiet)
+
+
+def _build(
+    job: Job,
+    target: Target,
+    summary: RunSummary,
+    extra_vars: dict,
+    invoker: dbt.Invoker | None,
+    quiet: bool,
+) -> RunSummary:
+    """dbt build of the job's models and gates for the summary's days; then read back."""
+    start, end = summary.window
+    variables = {**extra_vars, "rebuilt_from": start.isoformat(), "rebuilt_to": end.isoformat()}
     args = dbt.dbt_args(
         target,
         ["build", "--select", job.selector],
-        as_of=as_of,
-        window=window,
-        extra_vars={job.window_var: days},
+        as_of=summary.as_of,
+        window=summary.window,
+        extra_vars=variables,
         quiet=quiet,
     )
     summary.build = dbt.invoke(target, args, invoker)
@@ -176,7 +270,7 @@ def _read_back(wh: Warehouse, job: Job, summary: RunSummary) -> None:
     start = end - timedelta(days=summary.window_days)
     if wh.relation_exists(schema, job.mart):
         rows = wh.query(
-            f"select {job.date_column}, sum(sales_amount), sum(sales_count), bool_or(can_still_change), "
+            f"select {job.date_column}, {job.value_sql}, {job.count_sql}, bool_or(can_still_change), "
             f"min(expected_share_complete) from {schema}.{job.mart} "
             f"where {job.date_column} >= %s and {job.date_column} < %s group by 1 order by 1",
             (start, end),
@@ -185,10 +279,10 @@ def _read_back(wh: Warehouse, job: Job, summary: RunSummary) -> None:
             DayStatus(r[0], r[1], int(r[2]), bool(r[3]), None if r[4] is None else float(r[4])) for r in rows
         ]
     batch_ids = [r.batch_id for r in summary.load.loaded]
-    if batch_ids and wh.relation_exists(schema, "sales_dead_letters"):
+    if batch_ids and wh.relation_exists(schema, job.dead_letters):
         marks = ", ".join(["%s"] * len(batch_ids))
         for reason, n in wh.query(
-            f"select dead_letter_reason, count(*) from {schema}.sales_dead_letters "
+            f"select dead_letter_reason, count(*) from {schema}.{job.dead_letters} "
             f"where batch_id in ({marks}) group by 1",
             batch_ids,
         ):
@@ -210,12 +304,10 @@ def _read_back(wh: Warehouse, job: Job, summary: RunSummary) -> None:
                 "share": None if share is None else float(share),
                 "recommended": recommended,
             }
-    if wh.relation_exists(schema, "late_arrivals"):
+    if wh.relation_exists(schema, job.late_arrivals):
         summary.restate_days = [
             r[0]
             for r in wh.query(
-                f"select event_date from {schema}.late_arrivals "
-                "where source_name = %s and needs_restatement order by 1",
-                (job.source.name,),
+                f"select event_date from {schema}.{job.late_arrivals} where needs_restatement order by 1"
             )
         ]

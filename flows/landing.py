@@ -93,7 +93,24 @@ SALES = SourceSpec(
     event_time="sold_at",
 )
 
-SOURCES: dict[str, SourceSpec] = {SALES.name: SALES}
+UNITS = SourceSpec(
+    name="units",
+    table="unit_lines",
+    fields=(
+        Field("line_id", "text"),
+        Field("plc_seq", "integer"),
+        Field("sku", "text"),
+        Field("event_at", "timestamp"),
+        Field("received_at", "timestamp"),
+        Field("verdict", "text"),
+        Field("fill_level_ml", "number"),
+        Field("capper_torque_nm", "number"),
+        Field("temperature_c", "number"),
+    ),
+    event_time="event_at",
+)
+
+SOURCES: dict[str, SourceSpec] = {SALES.name: SALES, UNITS.name: UNITS}
 
 # Decoded amounts must fit decimal(18, 2); business limits ("absurd amount") are dbt's.
 MAX_DECIMAL = Decimal("1e15")
@@ -105,7 +122,7 @@ _CANONICAL_DECIMAL = re.compile(r"-?[0-9]{1,15}(\.[0-9]{1,2})?")
 
 def _timestamp(value: object) -> str:
     # fast path for the common canonical form 'YYYY-MM-DDTHH:MM:SS[.ffffff]Z'
-    if isinstance(value, str) and value[-1:] == "Z" and len(value) in (20, 27) and value[10] == "T":
+    if isinstance(value, str) and value[-1:] == "Z" and len(value) in (20, 24, 27) and value[10] == "T":
         try:
             datetime.fromisoformat(value[:-1])  # validates the calendar and clock
             return value[:10] + " " + value[11:-1]
@@ -310,18 +327,25 @@ LEDGER_COLUMNS = """
 """
 
 
-def ensure_landing(wh: Warehouse, spec: SourceSpec) -> None:
-    """Create the landing schema, the source's raw table and the shared load ledger."""
+def ensure_landing(wh: Warehouse) -> None:
+    """Create the landing schema, every source's raw table and the shared load ledger.
+
+    All sources at once: the lateness models read every source, so a warehouse that has
+    only ever loaded sales still has an (empty) units table.
+    """
     schema = wh.target.landing_schema
     wh.execute(f"create schema if not exists {schema}")
-    cols = ",\n    ".join(f"{name} {sqltype}" for name, sqltype in spec.columns)
-    wh.execute(f"create table if not exists {schema}.{spec.table} (\n    {cols}\n)")
     wh.execute(f"create table if not exists {schema}.load_ledger ({LEDGER_COLUMNS})")
-    if wh.kind == "postgres":
-        # The nightly window reads by event time, the lateness models by arrival time:
-        # both must stay proportional to the window, not to the history.
-        for col in (spec.event_time, spec.arrival_time, "batch_id"):
-            wh.execute(f"create index if not exists {spec.table}_{col}_idx on {schema}.{spec.table} ({col})")
+    for spec in SOURCES.values():
+        cols = ",\n    ".join(f"{name} {sqltype}" for name, sqltype in spec.columns)
+        wh.execute(f"create table if not exists {schema}.{spec.table} (\n    {cols}\n)")
+        if wh.kind == "postgres":
+            # The nightly window reads by event time, the lateness models by arrival time:
+            # both must stay proportional to the window, not to the history.
+            for col in (spec.event_time, spec.arrival_time, "batch_id"):
+                wh.execute(
+                    f"create index if not exists {spec.table}_{col}_idx on {schema}.{spec.table} ({col})"
+                )
 
 
 def _iter_lines(path: Path, digest: hashlib._Hash) -> Iterator[tuple[int, str, str | None]]:
@@ -460,7 +484,7 @@ def load_source(
 ) -> LoadReport:
     """Load every complete, not yet loaded batch of `spec` that had arrived by `as_of`."""
     started = time.monotonic()
-    ensure_landing(wh, spec)
+    ensure_landing(wh)
     report = LoadReport(spec.name, as_of)
     batches, report.problems = discover(landing, spec.name, as_of)
     loaded = {

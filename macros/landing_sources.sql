@@ -5,7 +5,7 @@
 #}
 
 {% macro landing_sources() %}
-    {{ return(['sales']) }}
+    {{ return(['sales', 'units']) }}
 {% endmacro %}
 
 
@@ -34,4 +34,12 @@
 {# The as-of instant floored to the hour: batches are arrival hours, so this is the data cutoff. #}
 {% macro data_cutoff_at() -%}
     {{ dayclose.timestamp_literal(dayclose.as_of_text()[:13] ~ ':00:00') }}
+{%- endmacro %}
+
+
+{# [from, to) 'YYYY-MM-DD' of the days this run rebuilds: the shim's vars, else the source's window. #}
+{% macro rebuilt_range(source_name) -%}
+    {%- set start = var('rebuilt_from', '') or dayclose.as_of_day_offset(-dayclose.window_days(source_name)) -%}
+    {%- set end = var('rebuilt_to', '') or dayclose.as_of_day_offset(0) -%}
+    {{- return([start, end]) -}}
 {%- endmacro %}

@@ -69,3 +69,9 @@
     ) as spine
     where n < {{ n }}
 {%- endmacro %}
+
+
+{# When this dbt invocation started (UTC), as a SQL timestamp: a wall-clock stamp for audit columns. #}
+{% macro invocation_at() -%}
+    {{ dayclose.timestamp_literal(run_started_at.strftime('%Y-%m-%d %H:%M:%S')) }}
+{%- endmacro %}

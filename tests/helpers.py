@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import calendar
 import json
+import time
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
@@ -61,3 +62,57 @@ def day_total(target: Target, day: str) -> Decimal:
 def table(target: Target, sql: str) -> list[tuple]:
     with Warehouse(target) as wh:
         return wh.query(sql.format(schema=target.schema, landing=target.landing_schema))
+
+
+def unit(
+    line: str,
+    seq: int,
+    event_at: str,
+    received_at: str,
+    verdict: str = "good",
+    sku: str = "PILS-330-BTL",
+    fill: object = 330.5,
+    torque: object = 2.1,
+    temp: object = 3.0,
+) -> str:
+    return json.dumps(
+        {
+            "line_id": line,
+            "plc_seq": seq,
+            "sku": sku,
+            "event_at": event_at,
+            "received_at": received_at,
+            "verdict": verdict,
+            "fill_level_ml": fill,
+            "capper_torque_nm": torque,
+            "temperature_c": temp,
+        }
+    )
+
+
+STEADY_HOURS = (2, 8, 14, 20)
+
+
+def steady_production(landing: Path, lines: list[str], first_day: str, days: int) -> int:
+    """Units on `lines` at 02:00, 08:00, 14:00 and 20:00 of each day, each arriving at once.
+
+    Other hours stay free for a test's own batches. Returns the good units per line-day.
+    """
+    writer = BatchWriter(landing, "units")
+    start = calendar.timegm(datetime.fromisoformat(first_day).timetuple())
+    for d in range(days):
+        for hour in STEADY_HOURS:
+            t = start + d * 86400 + hour * 3600 + 60
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+            for n, line in enumerate(lines):
+                seq = 9_000_000_000 + (d * 24 + hour) * 100 + n
+                writer.write(t + 5, unit(line, seq, stamp, stamp[:-3] + "05Z") + "\n")
+    writer.seal_before(None)
+    return len(STEADY_HOURS)
+
+
+def good_units(target: Target) -> dict[tuple[str, str], int]:
+    """daily_good_units as {(production_date, sku): good_units}."""
+    with Warehouse(target) as wh:
+        rows = wh.query(f"select production_date, sku, good_units from {target.schema}.daily_good_units")
+    return {(str(d), s): int(n) for d, s, n in rows}

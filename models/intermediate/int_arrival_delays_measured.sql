@@ -3,7 +3,7 @@
     lateness_settle_days old (late events have had time to arrive), over
     lateness_measure_days days. One row per event, its first arrival.
 #}
-{{ config(tags=['sales', 'lateness']) }}
+{{ config(tags=['sales', 'units', 'lateness']) }}
 
 {%- set settle = var('lateness_settle_days') -%}
 {%- set measured_from = dayclose.as_of_day_offset(-(settle + var('lateness_measure_days'))) -%}

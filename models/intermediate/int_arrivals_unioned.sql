@@ -2,7 +2,7 @@
     Every valid event of every landing source with its event time and its arrival
     time: the input of the one lateness model. A new source adds one select here.
 #}
-{{ config(tags=['sales', 'lateness']) }}
+{{ config(tags=['sales', 'units', 'lateness']) }}
 
 with
 
@@ -20,9 +20,25 @@ sales as (
 
 ),
 
+units as (
+
+    select
+        'units' as source_name,
+        {{ dbt.concat(["line_id", "'/'", dbt.cast("plc_seq", dbt.type_string())]) }} as event_key,
+        event_at,
+        received_at,
+        production_date as event_date
+
+    from {{ ref('int_unit_lines_validated') }}
+    where is_valid
+
+),
+
 final as (
 
     select * from sales
+    union all
+    select * from units
 
 )
 

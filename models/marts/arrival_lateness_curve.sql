@@ -2,7 +2,7 @@
     The cumulative share of a day's events that had arrived by each age of the
     day (hours after the day ended), per source, measured on settled days.
 #}
-{{ config(tags=['sales', 'lateness']) }}
+{{ config(tags=['sales', 'units', 'lateness']) }}
 
 {%- set max_age_hours = 24 * 14 -%}
 

@@ -15,9 +15,6 @@
     )
 }}
 
-{%- set window_days = dayclose.window_days('sales') -%}
-{%- set first_changeable = dayclose.as_of_day_offset(-(window_days - 1)) -%}
-
 with
 
 sale_lines as (
@@ -25,13 +22,6 @@ sale_lines as (
     -- dbt limits this to the batch's day through the event_time of the ref
     select * from {{ ref('int_sale_lines_validated') }}
     where is_valid
-
-),
-
-lateness_curve as (
-
-    select * from {{ ref('arrival_lateness_curve') }}
-    where source_name = 'sales'
 
 ),
 
@@ -64,48 +54,17 @@ shop_days as (
     select
         sale_date,
         shop_id,
-        sum(amount) as sales_amount,
-        count(*) as sales_count
+        cast(sum(amount) as decimal(18, 2)) as sales_amount,
+        cast(count(*) as bigint) as sales_count
 
     from sales
     group by sale_date, shop_id
 
 ),
 
-day_ages as (
-
-    select
-        sale_date,
-        {{ dayclose.hours_between(dayclose.day_end_at('sale_date'), dayclose.data_cutoff_at()) }}
-            as age_hours
-
-    from shop_days
-    group by sale_date
-
-),
-
 final as (
 
-    select
-        shop_days.sale_date,
-        shop_days.shop_id,
-        cast(shop_days.sales_amount as decimal(18, 2)) as sales_amount,
-        cast(shop_days.sales_count as bigint) as sales_count,
-        shop_days.sale_date >= cast('{{ first_changeable }}' as date) as can_still_change,
-        cast(
-            case
-                when day_ages.age_hours >= 24 * 14 then 1
-                else lateness_curve.share_arrived
-            end as {{ dbt.type_numeric() }}
-        ) as expected_share_complete,
-        cast(day_ages.age_hours as {{ dbt.type_numeric() }}) as age_hours,
-        {{ dayclose.as_of_at() }} as built_as_of
-
-    from shop_days
-    inner join day_ages
-        on shop_days.sale_date = day_ages.sale_date
-    left join lateness_curve
-        on cast(floor(day_ages.age_hours) as integer) = lateness_curve.age_hours
+    {{ dayclose.select_with_day_status('sales', 'shop_days', 'sale_date') }}
 
 )
 

@@ -4,12 +4,12 @@
     source's window), which sees arrivals before D + W 00:00; anything of day D
     arriving later reaches the published numbers only through a restatement.
 
-    One row per source and event date with such events (among arrivals of the
-    last late_arrival_scan_days days), and whether the published numbers of
-    that day still differ from the source: needs_restatement.
+    One row per event date with such events (among arrivals of the last
+    late_arrival_scan_days days), and whether the published numbers of that day
+    still differ from the source: needs_restatement. `published` is the source's
+    daily mart, `date_column` its day, `count_expression` the events it counts.
 #}
-{{ config(tags=['sales', 'lateness']) }}
-
+{% macro late_arrival_days(source_name, published, date_column, count_expression) %}
 {%- set scan_from = dayclose.as_of_day_offset(-var('late_arrival_scan_days')) -%}
 
 with
@@ -17,12 +17,13 @@ with
 arrivals as (
 
     select * from {{ ref('int_arrivals_unioned') }}
+    where source_name = '{{ source_name }}'
 
 ),
 
-daily_sales as (
+published_days as (
 
-    select * from {{ ref('daily_sales') }}
+    select * from {{ published }}
 
 ),
 
@@ -34,7 +35,7 @@ recent_arrivals as (
     from arrivals
     where
         received_at >= {{ dayclose.timestamp_literal(scan_from ~ ' 00:00:00') }}
-        and received_at >= {{ dbt.dateadd('day', dayclose.window_days_of('source_name'), 'event_date') }}
+        and received_at >= {{ dbt.dateadd('day', dayclose.window_days(source_name), 'event_date') }}
 
 ),
 
@@ -83,7 +84,7 @@ late_days as (
         count(*) as events_in_day,
         sum(
             case
-                when first_received_at >= {{ dbt.dateadd('day', dayclose.window_days_of('source_name'), 'event_date') }}
+                when first_received_at >= {{ dbt.dateadd('day', dayclose.window_days(source_name), 'event_date') }}
                     then 1
                 else 0
             end
@@ -95,25 +96,16 @@ late_days as (
 
 ),
 
-sales_published as (
-
-    select
-        'sales' as source_name,
-        daily_sales.sale_date as event_date,
-        sum(daily_sales.sales_count) as events_published
-
-    from daily_sales
-    inner join candidate_days
-        on
-            daily_sales.sale_date = candidate_days.event_date
-            and candidate_days.source_name = 'sales'
-    group by daily_sales.sale_date
-
-),
-
 published as (
 
-    select * from sales_published
+    select
+        published_days.{{ date_column }} as event_date,
+        sum({{ count_expression }}) as events_published
+
+    from published_days
+    inner join candidate_days
+        on published_days.{{ date_column }} = candidate_days.event_date
+    group by published_days.{{ date_column }}
 
 ),
 
@@ -130,11 +122,10 @@ final as (
 
     from late_days
     left join published
-        on
-            late_days.source_name = published.source_name
-            and late_days.event_date = published.event_date
+        on late_days.event_date = published.event_date
     where late_days.events_too_late > 0
 
 )
 
 select * from final
+{% endmacro %}
