@@ -109,10 +109,28 @@ def _default_invoker(args: list[str]) -> Any:
     return dbtRunner().invoke(args)
 
 
+def _release_duckdb() -> None:
+    """Close the DuckDB database dbt-duckdb keeps open after an invocation.
+
+    dbt-duckdb caches its environment (and the file's lock) for the life of the process;
+    dayclose releases it so that the file is locked only while a step really runs.
+    """
+    from dbt.adapters.duckdb.connections import DuckDBConnectionManager as manager
+
+    with manager._LOCK:
+        if manager._ENV is not None:
+            manager._ENV.close()
+            manager._ENV = None
+
+
 def invoke(target: Target, args: list[str], invoker: Invoker | None = None) -> DbtOutcome:
     """Run dbt in this process and reduce its result to what dayclose reports."""
     with _environment(dbt_env(target)):
-        result = (invoker or _default_invoker)(args)
+        try:
+            result = (invoker or _default_invoker)(args)
+        finally:
+            if target.name == "duckdb":
+                _release_duckdb()
     nodes: list[NodeResult] = []
     run_results = getattr(result, "result", None)
     for r in getattr(run_results, "results", None) or []:

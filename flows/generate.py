@@ -314,8 +314,11 @@ class Outage:
 
 
 def plant_outage(seed: int, plant_id: str, day_start: int, forced: Outage | None = None) -> Outage | None:
-    """The outage that starts on this day at this plant, if any (deterministic)."""
-    if forced is not None:
+    """The outage that starts on this day at this plant, if any (deterministic).
+
+    `forced` is a scripted outage of one plant; it takes the place of that plant's random one.
+    """
+    if forced is not None and forced.plant_id == plant_id:
         return forced if day_start <= forced.offline_from < day_start + DAY else None
     rng = random.Random(f"{seed}/outage/{day_start}/{plant_id}")
     if rng.random() >= OUTAGE_SHARE:
@@ -381,7 +384,7 @@ def generate_units(
     across midnight), some replay it a second time in full, producers retry single lines,
     sensors stick or spray garbage, and a few lines are malformed. The ground truth (good
     units per production day and SKU) and the outages are written to <landing>/truth/.
-    `forced_outage` replaces the random outages by one scripted outage (for the demo).
+    `forced_outage` is one scripted outage (for the demo), in place of that plant's random ones.
     """
     lines, skus = read_reference(plants)
     if not lines:

@@ -507,6 +507,8 @@ def load_source(
         report.results.append(result)
         if progress:
             progress(f"{spec.name} arrived={batch.batch_id}: {result.status} {result.rows} rows")
+    if wh.kind == "postgres" and report.loaded:
+        wh.execute(f"analyze {wh.target.landing_schema}.{spec.table}")  # plans for the new rows
     report.seconds = time.monotonic() - started
     return report
 
