@@ -29,6 +29,7 @@ class NodeResult:
     failures: int | None = None
     tags: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    relation_name: str | None = None  # where a test's failing rows are stored
 
     @property
     def is_gate(self) -> bool:
@@ -144,6 +145,7 @@ def invoke(target: Target, args: list[str], invoker: Invoker | None = None) -> D
                 failures=r.failures,
                 tags=list(getattr(node, "tags", []) or []),
                 seconds=float(r.execution_time or 0.0),
+                relation_name=getattr(node, "relation_name", None),
             )
         )
     error = ""

@@ -93,6 +93,19 @@ class BatchWriter:
         part.rows += 1
         self.lines += 1
 
+    def fill_gaps(self, start_ts: int, end_ts: int) -> None:
+        """Seal an empty batch for every hour in [start_ts, end_ts) that has none.
+
+        The landing contract has one folder per arrival hour, quiet hours included, so a
+        consumer can tell "nothing arrived" from "not delivered yet".
+        """
+        for hour in range(start_ts - start_ts % HOUR, end_ts, HOUR):
+            path = self.root / f"arrived={time.strftime('%Y-%m-%dT%H', time.gmtime(hour))}"
+            if not path.exists():
+                path.mkdir(parents=True)
+                self.open[hour] = _HourFolder(path)
+        self.seal_before(None)
+
     def seal_before(self, ts: int | None = None) -> None:
         """Close every hour that ends at or before `ts` (all, when None) and write its marker."""
         for hour in sorted(self.open):
@@ -208,6 +221,7 @@ def generate_sales(
             rate = events / max(time.monotonic() - started, 1e-9)
             progress(f"sales {sale_date}: {per_day:,} events, {events:,} in all, {rate:,.0f} events/s")
     writer.seal_before(None)
+    writer.fill_gaps(first, first + (days + 4) * DAY)
     truth_path = _write_csv(
         landing / "truth" / "sales_daily_totals.csv",
         "sale_date,shop_id,sales_amount,sales_count",
@@ -461,6 +475,7 @@ def generate_units(
             rate = units / max(time.monotonic() - started, 1e-9)
             progress(f"units {day}: {per_line * len(lines):,} units, {units:,} in all, {rate:,.0f} units/s")
     writer.seal_before(None)
+    writer.fill_gaps(first, first + (days + 1) * DAY)
     truth_path = _write_csv(
         landing / "truth" / "units_daily_good.csv",
         "production_date,sku,good_units",

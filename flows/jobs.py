@@ -1,21 +1,31 @@
-"""The nightly job, one code path for the CLI and the Prefect flows.
+"""The nightly job and the restatement, one code path for the CLI and the Prefect flows.
 
-load the complete batches that had arrived by as-of -> rebuild the window that
-ends with the day before as-of (dbt build: models and the gate tests) -> report.
+lock the warehouse -> (wait for completeness markers) -> load the complete batches
+that had arrived by as-of -> build the window that ends with the day before as-of
+(dbt build: models and the gate tests, on the write side) -> publish to the readers'
+schema only if every gate passed -> record the run. Each step is idempotent, so a
+retry or a rerun can never double a number.
 """
 
 from __future__ import annotations
 
 import re
+import time
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
 from pathlib import Path
+from typing import Any, TypeVar
 
 import yaml
 
 from flows import dbt
-from flows.landing import SOURCES, LoadReport, SourceSpec, load_source
+from flows.audit import gate_results_json, record_restatement, record_run
+from flows.landing import SOURCES, Batch, LoadReport, SourceSpec, load_source, pending_summary
+from flows.publish import publish
+from flows.runlock import run_lock
 from flows.settings import PROJECT_DIR, Target
 from flows.warehouse import Warehouse
 
@@ -98,10 +108,17 @@ class RunSummary:
     restate_days: list[date] = field(default_factory=list)
     window_days: int = 4
     kind: str = "run"
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    missing_markers: list[str] = field(default_factory=list)
+    gate_failures: dict[str, list[str]] = field(default_factory=dict)
+    published: bool = False
+    status: str = "started"
+    message: str = ""
+    step_seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
-        return not self.load.refused and self.build is not None and self.build.success
+        return self.published and not self.load.refused
 
     def lines(self) -> list[str]:
         """The short printed summary."""
@@ -109,10 +126,17 @@ class RunSummary:
         out = [
             f"dayclose {self.kind} {self.job} as of {self.as_of:%Y-%m-%d %H:%M} UTC on {self.target}: "
             f"days {start} .. {end - timedelta(days=1)}",
+        ]
+        if self.missing_markers:
+            out.append(
+                f"  WAITING: {len(self.missing_markers)} arrival hours have no _SUCCESS yet: "
+                f"{pending_summary(self.missing_markers)}; nothing was built or published"
+            )
+        out.append(
             f"  load: {len(self.load.loaded)} batches, {self.load.rows_loaded:,} lines loaded; "
             f"{self.load.already_loaded} already loaded; {len(self.load.waiting)} waiting for _SUCCESS; "
-            f"{len(self.load.refused)} refused ({self.load.seconds:.1f}s)",
-        ]
+            f"{len(self.load.refused)} refused ({self.load.seconds:.1f}s)"
+        )
         for batch in self.load.waiting[-5:]:
             out.append(f"  waiting: {self.job} arrived={batch} has no _SUCCESS yet; loaded once it has")
         for refused in self.load.refused:
@@ -130,9 +154,12 @@ class RunSummary:
                 f"{len(self.build.failed())} failed, {len(self.build.warned())} warned"
             )
             for node in self.build.failed():
-                out.append(f"  FAILED {node.resource_type} {node.name}: {node.message}")
+                kind = "gate" if node.is_gate else node.resource_type
+                out.append(f"  FAILED {kind} {node.name}: {node.message}")
+                out.extend(f"    {row}" for row in self.gate_failures.get(node.name, []))
             for node in self.build.warned():
                 out.append(f"  warn {node.name}: {node.message}")
+                out.extend(f"    {row}" for row in self.gate_failures.get(node.name, []))
             if self.build.error:
                 out.append(f"  ERROR dbt: {self.build.error}")
         job = JOBS[self.job]
@@ -149,14 +176,17 @@ class RunSummary:
                 f"  lateness: p99 {lt['p99']:.1f}h, p99.9 {lt['p999']:.1f}h; window {lt['configured']} days "
                 f"covers {lt['share']:.2%}; recommended {lt['recommended']} days"
             )
-        else:
+        elif self.build is not None:
             out.append("  lateness: not measured yet (no settled days in the measurement range)")
         if self.restate_days:
             out.append(
                 "  days with events too late for the window (restate them): "
                 + ", ".join(str(d) for d in self.restate_days)
             )
-        out.append("  result: " + ("ok" if self.ok else "FAILED"))
+        published = "published to the readers' schema" if self.published else "NOT published"
+        out.append(f"  result: {'ok' if self.ok else 'FAILED'}: {self.status}; {published}")
+        if self.message:
+            out.append(f"  {self.message}")
         return out
 
 
@@ -164,6 +194,17 @@ def window_for(as_of: datetime, window_days: int) -> tuple[date, date]:
     """The days [start, end) a run as of `as_of` rebuilds: the window ending the day before."""
     end = as_of.date()
     return end - timedelta(days=window_days), end
+
+
+T = TypeVar("T")
+
+
+def direct(name: str, fn: Callable[..., T], *args: Any) -> T:
+    """Run a step as a plain call (the CLI); the Prefect flows pass a runner that makes it a task."""
+    return fn(*args)
+
+
+StepRunner = Callable[..., Any]
 
 
 def run_nightly(
@@ -174,28 +215,35 @@ def run_nightly(
     window_days: int | None = None,
     invoker: dbt.Invoker | None = None,
     quiet: bool = False,
+    lock_timeout: float = 0.0,
+    require_complete: bool = False,
+    step: StepRunner = direct,
+    run_id: str | None = None,
 ) -> RunSummary:
-    """Load, rebuild the window, run the gates, read back the summary."""
+    """The nightly job: lock, (completeness), load, build and gate the window, publish, record."""
     job = JOBS[job_name]
     days = window_days or int(project_vars()[job.window_var])
-    with Warehouse(target) as wh:
-        load = load_source(wh, job.source, landing, as_of)
-        window = window_for(as_of, days)
-        if not wh.relation_exists(target.schema, job.mart):
-            # First build: every day loaded so far, not only the window; but not before a month
-            # ahead of the first arrival (a garbage timestamp must not start the history in 2001).
-            # Older days, if any, show in <source>_late_arrivals and are restated explicitly.
-            raw = f"{target.landing_schema}.{job.source.table}"
-            first = wh.scalar(
-                f"select min({job.source.event_time}) from {raw} where decode_error is null "
-                f"and batch_completed_at <= %s and {job.source.event_time} >= "
-                f"(select min(batch_arrived_at) from {raw}) - interval '{FIRST_BUILD_LOOKBACK_DAYS} days'",
-                (as_of,),
-            )
-            if first is not None and first.date() < window[0]:
-                window = (first.date(), window[1])
-    summary = RunSummary(job_name, target.name, as_of, window, load, window_days=days)
-    return _build(job, target, summary, {job.window_var: days}, invoker, quiet)
+    summary = RunSummary(
+        job_name,
+        target.name,
+        as_of,
+        window_for(as_of, days),
+        LoadReport(job.source.name, as_of),
+        window_days=days,
+    )
+    summary.run_id = run_id or summary.run_id
+    return _run(
+        job,
+        target,
+        summary,
+        landing,
+        {job.window_var: days},
+        invoker,
+        quiet,
+        lock_timeout,
+        require_complete,
+        step,
+    )
 
 
 def restate(
@@ -208,13 +256,16 @@ def restate(
     as_of: datetime | None = None,
     invoker: dbt.Invoker | None = None,
     quiet: bool = False,
+    lock_timeout: float = 0.0,
+    step: StepRunner = direct,
+    run_id: str | None = None,
 ) -> RunSummary:
     """Rebuild the days start..end (inclusive), beyond the nightly window if need be.
 
     Loads any complete batch not yet loaded first (when given a landing), rebuilds the
-    days whole, runs the same gates, and records the reason with every value it changes
-    (daily_good_units_versions; units_restatements once the month has closed). Running it
-    again changes nothing.
+    days whole, runs the same gates, publishes through the same step, and records the
+    reason with every value it changes (daily_good_units_versions; units_restatements once
+    the month has closed) and in the restatement audit. Running it again changes nothing.
     """
     if end < start:
         raise SystemExit(f"dayclose restate: --end {end} is before --start {start}")
@@ -222,38 +273,218 @@ def restate(
         raise SystemExit("dayclose restate: --reason must say why")
     job = JOBS[job_name]
     as_of = as_of or datetime.now(UTC).replace(tzinfo=None, microsecond=0)
-    with Warehouse(target) as wh:
-        load = load_source(wh, job.source, landing, as_of) if landing else LoadReport(job.source.name, as_of)
     window = (start, end + timedelta(days=1))
-    summary = RunSummary(job_name, target.name, as_of, window, load, window_days=(window[1] - start).days)
-    summary.kind = "restate"
-    return _build(job, target, summary, {"restate_reason": reason}, invoker, quiet)
+    summary = RunSummary(
+        job_name,
+        target.name,
+        as_of,
+        window,
+        LoadReport(job.source.name, as_of),
+        window_days=(window[1] - start).days,
+        kind="restate",
+    )
+    summary.run_id = run_id or summary.run_id
+    return _run(
+        job,
+        target,
+        summary,
+        landing,
+        {"restate_reason": reason},
+        invoker,
+        quiet,
+        lock_timeout,
+        False,
+        step,
+        reason=reason,
+    )
 
 
-def _build(
+def _run(
     job: Job,
     target: Target,
     summary: RunSummary,
+    landing: Path | None,
     extra_vars: dict,
     invoker: dbt.Invoker | None,
     quiet: bool,
+    lock_timeout: float,
+    require_complete: bool,
+    step: StepRunner,
+    reason: str | None = None,
 ) -> RunSummary:
-    """dbt build of the job's models and gates for the summary's days; then read back."""
-    start, end = summary.window
+    started = datetime.now(UTC).replace(tzinfo=None)
+    clock = time.monotonic()
+    with run_lock(target, summary.job, lock_timeout):
+        summary.step_seconds["lock"] = time.monotonic() - clock
+        if require_complete and landing is not None:
+            summary.missing_markers = missing_markers(
+                landing, job.source.name, summary.window[0], summary.as_of
+            )
+        if summary.missing_markers:
+            summary.status = "waiting for completeness markers"
+        else:
+            before = _total(target, job, summary.window) if summary.kind == "restate" else None
+            if landing is not None:
+                clock = time.monotonic()
+                summary.load = step("load", load_step, target, job.source.name, landing, summary.as_of)
+                summary.step_seconds["load"] = time.monotonic() - clock
+            if summary.kind == "run":
+                summary.window = _first_build_window(target, job, summary)
+            clock = time.monotonic()
+            summary.build = step(
+                "build",
+                build_step,
+                target,
+                summary.job,
+                summary.window,
+                summary.as_of,
+                extra_vars,
+                invoker,
+                quiet,
+            )
+            summary.step_seconds["build"] = time.monotonic() - clock
+            with Warehouse(target) as wh:
+                _read_back(wh, job, summary)
+            if summary.build.success:
+                clock = time.monotonic()
+                step("publish", publish_step, target, summary.job, summary.window)
+                summary.step_seconds["publish"] = time.monotonic() - clock
+                summary.published = True
+                summary.status = "published" if not summary.load.refused else "published; batches refused"
+            else:
+                summary.status = (
+                    "gates failed" if any(n.is_gate for n in summary.build.failed()) else "build failed"
+                )
+                summary.message = "the previous published numbers stay; nothing of this run reached readers"
+            if summary.kind == "restate" and reason is not None:
+                after = _total(target, job, summary.window)
+                with Warehouse(target) as wh:
+                    record_restatement(
+                        wh,
+                        summary.run_id,
+                        summary.job,
+                        summary.window[0],
+                        summary.window[1] - timedelta(days=1),
+                        reason,
+                        before,
+                        after,
+                        summary.published,
+                    )
+        with Warehouse(target) as wh:
+            record_run(wh, _audit_row(summary, started))
+    return summary
+
+
+def load_step(target: Target, source: str, landing: Path, as_of: datetime) -> LoadReport:
+    """Load every complete batch that had arrived by as-of (idempotent: safe to retry)."""
+    with Warehouse(target) as wh:
+        return load_source(wh, SOURCES[source], landing, as_of)
+
+
+def build_step(
+    target: Target,
+    job_name: str,
+    window: tuple[date, date],
+    as_of: datetime,
+    extra_vars: dict,
+    invoker: dbt.Invoker | None,
+    quiet: bool,
+) -> dbt.DbtOutcome:
+    """dbt build of the job's models and gates for the window's days (idempotent: safe to retry)."""
+    job = JOBS[job_name]
+    start, end = window
     variables = {**extra_vars, "rebuilt_from": start.isoformat(), "rebuilt_to": end.isoformat()}
     args = dbt.dbt_args(
         target,
         ["build", "--select", job.selector],
-        as_of=summary.as_of,
-        window=summary.window,
+        as_of=as_of,
+        window=window,
         extra_vars=variables,
         quiet=quiet,
     )
-    summary.build = dbt.invoke(target, args, invoker)
-    if summary.build.success or summary.build.nodes:
-        with Warehouse(target) as wh:
-            _read_back(wh, job, summary)
-    return summary
+    outcome = dbt.invoke(target, args, invoker)
+    if outcome.error and not outcome.nodes:
+        raise RuntimeError(f"dbt could not run: {outcome.error}")
+    return outcome
+
+
+def publish_step(target: Target, job_name: str, window: tuple[date, date]) -> dict[str, int]:
+    """Publish the window to the readers' schema, atomically."""
+    with Warehouse(target) as wh:
+        return publish(wh, job_name, *window)
+
+
+def missing_markers(landing: Path, source: str, first_day: date, as_of: datetime) -> list[str]:
+    """Arrival hours from `first_day` 00:00 up to the last hour ended by as-of without _SUCCESS."""
+    hour = datetime.combine(first_day, datetime.min.time())
+    missing = []
+    while hour + timedelta(hours=1) <= as_of:
+        batch = Batch(source, hour.strftime("%Y-%m-%dT%H"), landing / source / f"arrived={hour:%Y-%m-%dT%H}")
+        if not batch.marker.exists():
+            missing.append(batch.batch_id)
+        hour += timedelta(hours=1)
+    return missing
+
+
+def _first_build_window(target: Target, job: Job, summary: RunSummary) -> tuple[date, date]:
+    window = summary.window
+    with Warehouse(target) as wh:
+        if wh.relation_exists(target.schema, job.mart):
+            return window
+        # First build: every day loaded so far, not only the window; but not before a month
+        # ahead of the first arrival (a garbage timestamp must not start the history in 2001).
+        # Older days, if any, show in <source>_late_arrivals and are restated explicitly.
+        raw = f"{target.landing_schema}.{job.source.table}"
+        first = wh.scalar(
+            f"select min({job.source.event_time}) from {raw} where decode_error is null "
+            f"and batch_completed_at <= %s and {job.source.event_time} >= "
+            f"(select min(batch_arrived_at) from {raw}) - interval '{FIRST_BUILD_LOOKBACK_DAYS} days'",
+            (summary.as_of,),
+        )
+    if first is not None and first.date() < window[0]:
+        return first.date(), window[1]
+    return window
+
+
+def _total(target: Target, job: Job, window: tuple[date, date]) -> float | None:
+    with Warehouse(target) as wh:
+        if not wh.relation_exists(target.schema, job.mart):
+            return None
+        value = wh.scalar(
+            f"select {job.value_sql} from {target.schema}.{job.mart} "
+            f"where {job.date_column} >= %s and {job.date_column} < %s",
+            window,
+        )
+    return None if value is None else float(value)
+
+
+def _audit_row(summary: RunSummary, started: datetime) -> dict:
+    nodes = summary.build.nodes if summary.build else []
+    tests = [n for n in nodes if n.resource_type == "test"]
+    return {
+        "run_id": summary.run_id,
+        "job": summary.job,
+        "kind": summary.kind,
+        "as_of": summary.as_of,
+        "window_start": summary.window[0],
+        "window_end": summary.window[1],
+        "batches_loaded": len(summary.load.loaded),
+        "rows_loaded": summary.load.rows_loaded,
+        "batches_waiting": len(summary.load.waiting) + len(summary.missing_markers),
+        "batches_refused": len(summary.load.refused),
+        "gates_passed": sum(1 for n in tests if n.status == "pass"),
+        "gates_failed": sum(1 for n in tests if n.status in ("fail", "error")),
+        "gates_warned": sum(1 for n in tests if n.status == "warn"),
+        "gate_results": gate_results_json(nodes),
+        "published": summary.published,
+        "status": summary.status,
+        "message": summary.message or None,
+        "started_at": started,
+        "lock_s": summary.step_seconds.get("lock"),
+        "load_s": summary.step_seconds.get("load"),
+        "build_s": summary.step_seconds.get("build"),
+        "publish_s": summary.step_seconds.get("publish"),
+    }
 
 
 def _reason_kind(reason: str | None) -> str:
@@ -262,6 +493,18 @@ def _reason_kind(reason: str | None) -> str:
     text = parts[0] if parts[0] == "invalid JSON" else ": ".join(parts[:2])
     text = re.sub(r" ?'[^']*'", "", text)
     return re.sub(r"^(unknown \w+) .*$", r"\1", text)
+
+
+def _failing_rows(wh: Warehouse, relation: str, limit: int = 5) -> list[str]:
+    """The first rows a failed test stored (store_failures): the day and the figures."""
+    try:
+        cols, rows = wh.columns_and_rows(f"select * from {relation} limit {limit + 1}")
+    except Exception as exc:  # the message must not hide the failure itself
+        return [f"(failing rows not readable: {exc})"]
+    text = [", ".join(f"{c}={v}" for c, v in zip(cols, row, strict=True)) for row in rows[:limit]]
+    if len(rows) > limit:
+        text.append(f"... more rows in {relation}")
+    return text
 
 
 def _read_back(wh: Warehouse, job: Job, summary: RunSummary) -> None:
@@ -304,6 +547,10 @@ def _read_back(wh: Warehouse, job: Job, summary: RunSummary) -> None:
                 "share": None if share is None else float(share),
                 "recommended": recommended,
             }
+    if summary.build is not None:
+        for node in summary.build.failed() + summary.build.warned():
+            if node.resource_type == "test" and node.relation_name:
+                summary.gate_failures[node.name] = _failing_rows(wh, node.relation_name)
     if wh.relation_exists(schema, job.late_arrivals):
         summary.restate_days = [
             r[0]

@@ -66,6 +66,15 @@ class Warehouse:
             cur.execute(sql, tuple(params))
             return cur.fetchall()
 
+    def columns_and_rows(self, sql: str) -> tuple[list[str], list[tuple]]:
+        """Column names and rows of a query."""
+        if self.kind == "duckdb":
+            cur = self._conn.execute(sql)
+            return [d[0] for d in cur.description], cur.fetchall()
+        with self._conn.cursor() as cur:
+            cur.execute(sql)
+            return [d[0] for d in cur.description], cur.fetchall()
+
     def scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
         rows = self.query(sql, params)
         return rows[0][0] if rows else None

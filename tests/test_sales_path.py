@@ -46,14 +46,18 @@ def test_late_event_lands_in_its_sold_at_day_while_in_window(engine: Target, lan
     write_batch(
         landing,
         "2026-11-24T07",
-        [sale("e2", "S-114", "2026-11-23T18:42:00Z", "2026-11-24T07:15:00Z", "1320.00")],
+        [
+            sale("e2", "S-114", "2026-11-23T18:42:00Z", "2026-11-24T07:15:00Z", "1320.00"),
+            sale("e3", "S-200", "2026-11-24T07:10:00Z", "2026-11-24T07:11:00Z", "5.00"),
+        ],
     )
     run(engine, landing, "2026-11-24T00:30")
     assert day_total(engine, MONDAY) == Decimal("100.00")
     summary = run(engine, landing, "2026-11-25T00:30")
     assert summary.ok, summary.lines()
     assert daily_sales(engine)[(MONDAY, "S-114")] == (Decimal("1420.00"), 2)
-    assert day_total(engine, "2026-11-24") == 0  # grouped by sold_at, not by arrival
+    assert daily_sales(engine)[("2026-11-24", "S-200")] == (Decimal("5.00"), 1)
+    assert ("2026-11-24", "S-114") not in daily_sales(engine)  # grouped by sold_at, not by arrival
 
 
 def test_seed_four_night_timeline(engine: Target, landing: Path) -> None:

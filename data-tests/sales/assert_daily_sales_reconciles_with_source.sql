@@ -1,13 +1,13 @@
 {#
-    Reconciliation gate: for every day of the run's window, every shop's
+    Reconciliation gate: for every day the run rebuilt, every shop's
     published count and amount equal the valid, deduplicated sales known as of
-    the run. Exact, for counts and for money (decimal arithmetic, no tolerance).
+    the run. Exact for counts; money within money_tolerance (0 by default: amounts
+    are decimals, summed exactly).
     Any row returned names the day, the shop and both figures.
 #}
 {{ config(tags=['gate', 'sales']) }}
 
-{%- set window_from = dayclose.as_of_day_offset(-dayclose.window_days('sales')) -%}
-{%- set window_to = dayclose.as_of_day_offset(0) -%}
+{%- set window_from, window_to = dayclose.rebuilt_range('sales') -%}
 
 with
 
@@ -75,7 +75,7 @@ final as (
         expected.sales_count is null
         or published.sales_count is null
         or expected.sales_count <> published.sales_count
-        or expected.sales_amount <> published.sales_amount
+        or abs(expected.sales_amount - published.sales_amount) > {{ var('money_tolerance') }}
 
 )
 

@@ -1,49 +1,6 @@
 {#
-    Nothing lost in landing: every batch the ledger records as loaded has
-    exactly its recorded number of lines in the raw table (no batch half
-    written, none written twice). Checked for the batches of the last
-    late_arrival_scan_days days, so the nightly cost follows the window.
+    Nothing lost in landing: every loaded sales batch is in the raw table exactly once.
 #}
 {{ config(tags=['gate', 'sales']) }}
 
-{%- set since = dayclose.as_of_day_offset(-var('late_arrival_scan_days')) ~ 'T00' -%}
-
-with
-
-ledger as (
-
-    select * from {{ source('landing', 'load_ledger') }}
-    where source_name = 'sales' and status = 'loaded' and batch_id >= '{{ since }}'
-
-),
-
-lines as (
-
-    select
-        batch_id,
-        count(*) as lines_in_table
-
-    from {{ source('landing', 'sale_lines') }}
-    where batch_id >= '{{ since }}'
-    group by batch_id
-
-),
-
-final as (
-
-    select
-        coalesce(ledger.batch_id, lines.batch_id) as batch_id,
-        ledger.rows_loaded as lines_in_ledger,
-        lines.lines_in_table
-
-    from ledger
-    full outer join lines
-        on ledger.batch_id = lines.batch_id
-    where
-        ledger.rows_loaded is null
-        or lines.lines_in_table is null
-        or ledger.rows_loaded <> lines.lines_in_table
-
-)
-
-select * from final
+{{ dayclose.ledger_mismatches('sales', source('landing', 'sale_lines')) }}

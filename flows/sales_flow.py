@@ -1,0 +1,20 @@
+"""Prefect flow: the nightly sales job (incident 000)."""
+
+from __future__ import annotations
+
+from prefect import flow
+from prefect.states import State
+
+from flows.nightly import nightly_flow_body
+
+
+@flow(name="dayclose-sales-nightly", log_prints=True)
+def sales_nightly(
+    as_of: str | None = None,
+    target: str | None = None,
+    landing: str = "landing",
+    require_complete: bool = True,
+    lock_timeout_seconds: float = 3600,
+) -> State:
+    """Load the sales batches complete by as-of (default: now), build and gate the window, publish."""
+    return nightly_flow_body("sales", as_of, target, landing, require_complete, lock_timeout_seconds)

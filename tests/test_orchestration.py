@@ -1,0 +1,270 @@
+"""Incident 004 made impossible: retries, overlap, cleared sensors and ungated publication.
+
+The flows run under Prefect's test harness (an ephemeral API server, started once);
+the run lock and the kill test use the shared job code the CLI runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import date
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from flows import prefect_steps
+from flows.generate import generate_sales, read_truth
+from flows.jobs import run_nightly
+from flows.settings import PROJECT_DIR, Target
+from flows.warehouse import Warehouse, WarehouseBusy
+from tests.helpers import table, ts
+
+FIRST = date(2026, 11, 20)
+
+
+@pytest.fixture(scope="session")
+def prefect_api():
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+@pytest.fixture
+def week(landing: Path) -> dict[str, Decimal]:
+    """Five days of sales for 20 shops, every arrival hour sealed; truth per day."""
+    generate_sales(landing, FIRST, 5, shops=20, events_per_day=400, seed=4)
+    totals: dict[str, Decimal] = {}
+    for (day, _), (amount, _) in read_truth(landing / "truth" / "sales_daily_totals.csv").items():
+        totals[day] = totals.get(day, Decimal(0)) + Decimal(amount)
+    return totals
+
+
+def landed_lines(landing: Path, before_hour: str) -> int:
+    """Lines of the sealed sales batches whose arrival hour ended by `before_hour`."""
+    return sum(
+        f["rows"]
+        for marker in (landing / "sales").glob("arrived=*/_SUCCESS")
+        if marker.parent.name[8:] < before_hour
+        for f in json.loads(marker.read_text())["files"]
+    )
+
+
+def published(target: Target) -> dict[str, Decimal]:
+    with Warehouse(target) as wh:
+        if not wh.relation_exists(f"{target.schema}_published", "daily_sales"):
+            return {}
+        rows = wh.query(
+            f"select sale_date, sum(sales_amount) from {target.schema}_published.daily_sales group by 1"
+        )
+    return {str(d): Decimal(v) for d, v in rows}
+
+
+def test_retry_after_a_partly_written_load_ends_at_1x(
+    prefect_api, engine: Target, landing: Path, week: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The 2.1x incident: a load fails after writing rows, the task retries, totals stay 1.0x."""
+    from flows.sales_flow import sales_nightly
+
+    monkeypatch.setattr(prefect_steps, "RETRIES", 2)
+    monkeypatch.setattr(prefect_steps, "BACKOFF_SECONDS", 0.01)
+    real_copy = Warehouse.copy_csv
+    failures = {"left": 1}
+
+    def copy_then_fail(self, table_name, columns, path):
+        real_copy(self, table_name, columns, path)  # the rows are written ...
+        if failures["left"]:
+            failures["left"] -= 1
+            raise RuntimeError("serializable isolation violation (injected)")  # ... then the load dies
+
+    monkeypatch.setattr(Warehouse, "copy_csv", copy_then_fail)
+    state = sales_nightly(
+        as_of="2026-11-25T00:30", target=engine.name, landing=str(landing), return_state=True
+    )
+    assert state.is_completed(), state.message
+    assert failures["left"] == 0
+    ours = published(engine)
+    with Warehouse(engine) as wh:
+        lines = wh.scalar(f"select count(*) from {engine.landing_schema}.sale_lines")
+    assert lines == landed_lines(landing, "2026-11-25T00")  # every line once, none twice
+    assert ours["2026-11-20"] <= week["2026-11-20"]
+    assert ours["2026-11-20"] / week["2026-11-20"] > Decimal("0.99")
+
+
+def test_missing_marker_means_no_publication_and_no_success(
+    prefect_api, engine: Target, landing: Path, week: dict
+) -> None:
+    from flows.sales_flow import sales_nightly
+
+    (landing / "sales" / "arrived=2026-11-23T14" / "_SUCCESS").unlink()
+    state = sales_nightly(
+        as_of="2026-11-24T00:30", target=engine.name, landing=str(landing), return_state=True
+    )
+    assert state.is_scheduled() and not state.is_completed()
+    assert "2026-11-23T14" in state.message
+    assert published(engine) == {}
+    [(status, was_published)] = table(engine, "select status, published from {schema}_published.run_audit")
+    assert (status, bool(was_published)) == ("waiting for completeness markers", False)
+
+
+def test_failing_gate_leaves_published_numbers_unchanged(
+    prefect_api, engine: Target, landing: Path, week: dict
+) -> None:
+    """A cleared sensor: Nov 24's batches arrive complete but empty; the zero-rows gate blocks."""
+    from flows.sales_flow import sales_nightly
+
+    first = sales_nightly(
+        as_of="2026-11-24T00:30", target=engine.name, landing=str(landing), return_state=True
+    )
+    assert first.is_completed(), first.message
+    before = published(engine)
+    for hour in range(24):
+        folder = landing / "sales" / f"arrived=2026-11-24T{hour:02d}"
+        for part in folder.glob("part-*.jsonl"):
+            part.unlink()
+        (folder / "_SUCCESS").write_text(
+            json.dumps({"source": "sales", "batch": folder.name[8:], "files": []})
+        )
+    second = sales_nightly(
+        as_of="2026-11-25T00:30", target=engine.name, landing=str(landing), return_state=True
+    )
+    assert second.is_failed()
+    assert "assert_sales_no_empty_days" in second.message and "2026-11-24" in second.message
+    assert published(engine) == before
+    audit = table(engine, "select status, published from {schema}_published.run_audit order by started_at")
+    assert [(s, bool(p)) for s, p in audit] == [("published", True), ("gates failed", False)]
+
+
+def test_concurrent_runs_are_serialized_and_exact(engine: Target, landing: Path, week: dict) -> None:
+    results: list = []
+
+    def night(as_of: str) -> None:
+        results.append(run_nightly("sales", engine, landing, ts(as_of), quiet=True, lock_timeout=300))
+
+    threads = [threading.Thread(target=night, args=(a,)) for a in ("2026-11-24T00:30", "2026-11-24T00:30")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [r.ok for r in results] == [True, True]
+    assert sorted(r.step_seconds["lock"] > 1 for r in results) == [False, True]  # one waited
+    with Warehouse(engine) as wh:
+        lines = wh.scalar(f"select count(*) from {engine.landing_schema}.sale_lines")
+    assert lines == landed_lines(landing, "2026-11-24T00")
+    ours = published(engine)
+    assert ours["2026-11-20"] / week["2026-11-20"] > Decimal("0.99")
+    assert ours["2026-11-20"] <= week["2026-11-20"]
+
+
+def test_second_runner_gets_a_clear_message(engine: Target, landing: Path, week: dict) -> None:
+    from flows.runlock import run_lock
+
+    with run_lock(engine, "sales"), pytest.raises(WarehouseBusy, match="another dayclose run holds"):
+        run_nightly("sales", engine, landing, ts("2026-11-24T00:30"), quiet=True, lock_timeout=0)
+
+
+def test_run_killed_mid_build_then_rerun_is_exact(engine: Target, landing: Path, week: dict) -> None:
+    env = {**os.environ, "DAYCLOSE_TARGET": engine.name}
+    cmd = [
+        sys.executable,
+        "-m",
+        "flows.cli",
+        "run",
+        "sales",
+        "--as-of",
+        "2026-11-25T00:30",
+        "--landing",
+        str(landing),
+    ]
+    log = Path(os.environ["DAYCLOSE_STATE_DIR"])
+    proc = subprocess.Popen(
+        cmd, env=env, cwd=PROJECT_DIR, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    deadline = time.monotonic() + 240
+    killed = False
+    while proc.poll() is None and time.monotonic() < deadline:
+        logs = list(log.glob("*/logs/dbt.log"))
+        if logs and "START batch" in logs[0].read_text(errors="replace"):
+            os.kill(proc.pid, signal.SIGKILL)  # in the middle of the microbatch build
+            killed = True
+            break
+        time.sleep(0.05)
+    proc.wait()
+    assert killed, "the run finished before it could be killed"
+    assert published(engine) == {}
+    rerun = run_nightly("sales", engine, landing, ts("2026-11-25T00:30"), quiet=True, lock_timeout=30)
+    assert rerun.ok, rerun.lines()
+    ours = published(engine)
+    # by Nov 25 00:30 every sale of Nov 20 has arrived (the last ones 72 h after the day)
+    assert ours["2026-11-20"] == week["2026-11-20"]
+
+
+def test_restatement_is_audited(
+    prefect_api, engine: Target, landing: Path, week: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from flows.restate_flow import restate_days
+    from flows.sales_flow import sales_nightly
+
+    assert sales_nightly(
+        as_of="2026-11-25T00:30", target=engine.name, landing=str(landing), return_state=True
+    ).is_completed()
+    monkeypatch.setenv("DAYCLOSE_USER", "finance.analyst")
+    state = restate_days(
+        job="sales",
+        start="2026-11-20",
+        end="2026-11-20",
+        reason="late till uploads",
+        landing=str(landing),
+        as_of="2026-11-30T09:00",
+        target=engine.name,
+        return_state=True,
+    )
+    assert state.is_completed(), state.message
+    [row] = table(
+        engine,
+        "select restated_by, first_day, last_day, reason, total_before, total_after, "
+        "published from {schema}_published.restatement_audit",
+    )
+    who, first, last, reason, before, after, was_published = row
+    assert (who, str(first), str(last), reason, bool(was_published)) == (
+        "finance.analyst",
+        "2026-11-20",
+        "2026-11-20",
+        "late till uploads",
+        True,
+    )
+    assert Decimal(str(after)) == week["2026-11-20"] and before <= after
+    assert published(engine)["2026-11-20"] == week["2026-11-20"]
+
+
+def test_readers_role_reads_published_and_nothing_else(engine: Target, landing: Path, week: dict) -> None:
+    if engine.name != "postgres":
+        pytest.skip("DuckDB has no roles; readers get the published schema read-only (README)")
+    import psycopg2
+
+    assert run_nightly("sales", engine, landing, ts("2026-11-24T00:30"), quiet=True).ok
+    with Warehouse(engine) as wh:
+        wh.execute(
+            "do $$ begin if not exists (select from pg_roles where rolname = 'dayclose_test_dash') "
+            "then create role dayclose_test_dash login; end if; end $$"
+        )
+        wh.execute("grant dayclose_reader to dayclose_test_dash")
+    conn = psycopg2.connect("", user="dayclose_test_dash")
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"select count(*) from {engine.schema}_published.daily_sales")
+            assert cur.fetchone()[0] > 0
+        conn.rollback()
+        for relation in (f"{engine.schema}.daily_sales", f"{engine.landing_schema}.sale_lines"):
+            with pytest.raises(psycopg2.errors.InsufficientPrivilege), conn.cursor() as cur:
+                cur.execute(f"select count(*) from {relation}")
+            conn.rollback()
+    finally:
+        conn.close()
