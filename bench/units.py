@@ -24,7 +24,7 @@ from datetime import date, datetime
 from pathlib import Path
 
 from bench.run import RESULTS, fresh_target
-from flows import dbt
+from flows import dbt_runner as dbt
 from flows.generate import generate_units
 from flows.jobs import run_nightly
 from flows.settings import PROJECT_DIR, Target
@@ -73,7 +73,8 @@ def reconciliation_child(target: Target) -> tuple[float, float, float]:
         quiet=True,
     )
     code = (
-        "import json, resource, sys, time; from flows import dbt; from flows.settings import resolve_target\n"
+        "import json, resource, sys, time; from flows import dbt_runner as dbt\n"
+        "from flows.settings import resolve_target\n"
         f"t = resolve_target({target.name!r}); started = time.perf_counter()\n"
         f"out = dbt.invoke(t, {args!r})\n"
         "assert out.success, out.error or [n.message for n in out.failed()]\n"

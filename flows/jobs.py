@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from flows import dbt
+from flows import dbt_runner as dbt
 from flows.audit import gate_results_json, record_restatement, record_run
 from flows.landing import SOURCES, Batch, LoadReport, SourceSpec, load_source, pending_summary
 from flows.publish import publish
