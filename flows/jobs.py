@@ -23,7 +23,7 @@ import yaml
 
 from flows import dbt_runner as dbt
 from flows.audit import gate_results_json, record_restatement, record_run
-from flows.landing import SOURCES, Batch, LoadReport, SourceSpec, load_source, pending_summary
+from flows.landing import RECHECK_DAYS, SOURCES, Batch, LoadReport, SourceSpec, load_source, pending_summary
 from flows.publish import publish
 from flows.runlock import run_lock
 from flows.settings import PROJECT_DIR, Target
@@ -326,7 +326,11 @@ def _run(
             before = _total(target, job, summary.window) if summary.kind == "restate" else None
             if landing is not None:
                 clock = time.monotonic()
-                summary.load = step("load", load_step, target, job.source.name, landing, summary.as_of)
+                # a restatement re-reads every manifest: it is the path for old corrections
+                recheck = None if summary.kind == "restate" else RECHECK_DAYS
+                summary.load = step(
+                    "load", load_step, target, job.source.name, landing, summary.as_of, recheck
+                )
                 summary.step_seconds["load"] = time.monotonic() - clock
             if summary.kind == "run":
                 summary.window = _first_build_window(target, job, summary)
@@ -375,10 +379,12 @@ def _run(
     return summary
 
 
-def load_step(target: Target, source: str, landing: Path, as_of: datetime) -> LoadReport:
+def load_step(
+    target: Target, source: str, landing: Path, as_of: datetime, recheck_days: int | None
+) -> LoadReport:
     """Load every complete batch that had arrived by as-of (idempotent: safe to retry)."""
     with Warehouse(target) as wh:
-        return load_source(wh, SOURCES[source], landing, as_of)
+        return load_source(wh, SOURCES[source], landing, as_of, recheck_days=recheck_days)
 
 
 def build_step(

@@ -33,6 +33,7 @@ from pathlib import Path
 from flows.warehouse import Warehouse
 
 MARKER = "_SUCCESS"
+RECHECK_DAYS = 35  # loaded batches younger than this are checked for a changed manifest
 BATCH_DIR = re.compile(r"^arrived=(\d{4}-\d{2}-\d{2}T\d{2})$")
 NULL = "\\N"
 
@@ -481,8 +482,14 @@ def load_source(
     landing: Path,
     as_of: datetime,
     progress: Callable[[str], None] | None = None,
+    recheck_days: int | None = RECHECK_DAYS,
 ) -> LoadReport:
-    """Load every complete, not yet loaded batch of `spec` that had arrived by `as_of`."""
+    """Load every complete, not yet loaded batch of `spec` that had arrived by `as_of`.
+
+    A loaded batch whose manifest changed (an upstream re-delivery) is replaced; manifests
+    are re-read for the batches of the last `recheck_days` days (None: all), so the
+    nightly cost does not grow with the landing's history.
+    """
     started = time.monotonic()
     ensure_landing(wh)
     report = LoadReport(spec.name, as_of)
@@ -500,7 +507,8 @@ def load_source(
             report.waiting.append(batch.batch_id)
             continue
         previous = loaded.get(batch.batch_id)
-        if previous is not None and previous == _marker_sha(batch):
+        settled = recheck_days is not None and batch.arrived_at < as_of - timedelta(days=recheck_days)
+        if previous is not None and (settled or previous == _marker_sha(batch)):
             report.already_loaded += 1
             continue
         result = load_batch(wh, spec, batch, previous)
