@@ -8,21 +8,11 @@
 #}
 {% macro empty_days(source_name, relation, date_column) %}
     {%- set rebuilt = dayclose.rebuilt_range(source_name) -%}
-    {%- set first_day = modules.datetime.date.fromisoformat(rebuilt[0]) -%}
-    {%- set day_count = (modules.datetime.date.fromisoformat(rebuilt[1]) - first_day).days -%}
 with
-
-day_numbers as (
-
-    {{ dayclose.integer_spine([day_count, 1] | max) }}
-
-),
 
 days as (
 
-    select cast({{ dbt.dateadd('day', 'n', "cast('" ~ rebuilt[0] ~ "' as date)") }} as date) as calendar_date
-    from day_numbers
-    where n < {{ day_count }}
+    {{ dayclose.rebuilt_days(source_name) }}
 
 ),
 

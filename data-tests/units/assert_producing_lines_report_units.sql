@@ -7,8 +7,6 @@
 {{ config(tags=['gate', 'units']) }}
 
 {%- set rebuilt = dayclose.rebuilt_range('units') -%}
-{%- set first_day = modules.datetime.date.fromisoformat(rebuilt[0]) -%}
-{%- set day_count = (modules.datetime.date.fromisoformat(rebuilt[1]) - first_day).days -%}
 
 with
 
@@ -27,17 +25,9 @@ idle_days as (
 
 ),
 
-day_numbers as (
-
-    {{ dayclose.integer_spine([day_count, 1] | max) }}
-
-),
-
 days as (
 
-    select cast({{ dbt.dateadd('day', 'n', "cast('" ~ rebuilt[0] ~ "' as date)") }} as date) as production_date
-    from day_numbers
-    where n < {{ day_count }}
+    select calendar_date as production_date from ({{ dayclose.rebuilt_days('units') }}) as rebuilt
 
 ),
 

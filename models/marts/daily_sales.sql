@@ -25,27 +25,10 @@ sale_lines as (
 
 ),
 
-copies_ranked as (
-
-    select
-        event_id,
-        shop_id,
-        sale_date,
-        amount,
-        row_number() over (
-            partition by event_id
-            order by received_at, batch_id, file_name, line_number
-        ) as copy_number
-
-    from sale_lines
-
-),
-
 sales as (
 
     -- a resent sale (same event_id) counts once, as its first arrival
-    select * from copies_ranked
-    where copy_number = 1
+    {{ dayclose.first_arrivals('sale_lines', ['event_id']) }}
 
 ),
 

@@ -25,23 +25,9 @@ unit_lines as (
 
 ),
 
-copies_ranked as (
-
-    select
-        *,
-        row_number() over (
-            partition by line_id, plc_seq
-            order by received_at, batch_id, file_name, line_number
-        ) as copy_number
-
-    from unit_lines
-
-),
-
 units as (
 
-    select * from copies_ranked
-    where copy_number = 1
+    {{ dayclose.first_arrivals('unit_lines', ['line_id', 'plc_seq']) }}
 
 ),
 
