@@ -132,8 +132,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from flows.warehouse import WarehouseBusy
+
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except WarehouseBusy as exc:
+        print(f"dayclose: {exc}", file=sys.stderr)
+        return 75  # EX_TEMPFAIL: try again later
 
 
 if __name__ == "__main__":

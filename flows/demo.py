@@ -13,13 +13,14 @@ garbage readings; it prints the published Monday count beside the truth per run.
 from __future__ import annotations
 
 import calendar
+import os
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from pathlib import Path
 
 from flows.generate import Outage, generate_sales, generate_units, read_truth, read_units_truth
 from flows.jobs import RunSummary, run_nightly
-from flows.settings import resolve_target
+from flows.settings import PROJECT_DIR, resolve_target
 from flows.warehouse import Warehouse
 
 MONDAY = date(2026, 11, 23)
@@ -49,9 +50,26 @@ def original_job_total(target_name: str | None, as_of: datetime) -> Decimal:
     return Decimal(value or 0)
 
 
+def _fresh_demo_warehouse(target_name: str | None) -> None:
+    """The demo replays past nights, so it runs in a warehouse of its own, new each time:
+    a DuckDB file under .dayclose/demo/, or the Postgres schema dayclose_demo (and its siblings).
+    Your own warehouse (DAYCLOSE_DUCKDB, DAYCLOSE_SCHEMA) is never touched."""
+    if (target_name or os.environ.get("DAYCLOSE_TARGET", "duckdb")) == "duckdb":
+        path = PROJECT_DIR / ".dayclose" / "demo" / "dayclose-demo.duckdb"
+        for stale in (path, path.with_name(path.name + ".wal")):
+            stale.unlink(missing_ok=True)
+        os.environ["DAYCLOSE_DUCKDB"] = str(path)
+        return
+    os.environ["DAYCLOSE_SCHEMA"] = "dayclose_demo"
+    with Warehouse(resolve_target(target_name)) as wh:
+        for suffix in ("", "_landing", "_reference", "_published", "_dbt_test__audit"):
+            wh.execute(f"drop schema if exists dayclose_demo{suffix} cascade")
+
+
 def run_demo(landing: Path | None = None, target_name: str | None = None) -> int:
+    _fresh_demo_warehouse(target_name)
     target = resolve_target(target_name)
-    landing = landing or target.state_dir.parent / "demo-landing"
+    landing = landing or PROJECT_DIR / ".dayclose" / "demo" / "landing"
     start = MONDAY - timedelta(days=HISTORY_DAYS)
     truth_file = landing / "truth" / "sales_daily_totals.csv"
     if not truth_file.exists():

@@ -316,67 +316,107 @@ def _run(
     clock = time.monotonic()
     with run_lock(target, summary.job, lock_timeout):
         summary.step_seconds["lock"] = time.monotonic() - clock
-        if require_complete and landing is not None:
-            summary.missing_markers = missing_markers(
-                landing, job.source.name, summary.window[0], summary.as_of
-            )
-        if summary.missing_markers:
-            summary.status = "waiting for completeness markers"
-        else:
-            before = _total(target, job, summary.window) if summary.kind == "restate" else None
-            if landing is not None:
-                clock = time.monotonic()
-                # a restatement re-reads every manifest: it is the path for old corrections
-                recheck = None if summary.kind == "restate" else RECHECK_DAYS
-                summary.load = step(
-                    "load", load_step, target, job.source.name, landing, summary.as_of, recheck
-                )
-                summary.step_seconds["load"] = time.monotonic() - clock
-            if summary.kind == "run":
-                summary.window = _first_build_window(target, job, summary)
-            clock = time.monotonic()
-            summary.build = step(
-                "build",
-                build_step,
-                target,
-                summary.job,
-                summary.window,
-                summary.as_of,
-                extra_vars,
-                invoker,
-                quiet,
-            )
-            summary.step_seconds["build"] = time.monotonic() - clock
+        try:
+            _steps(job, target, summary, landing, extra_vars, invoker, quiet, require_complete, step, reason)
+        except BaseException as exc:
+            summary.status = "error"
+            summary.message = f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            # every run is recorded, also one that raised
             with Warehouse(target) as wh:
-                _read_back(wh, job, summary)
-            if summary.build.success:
-                clock = time.monotonic()
-                step("publish", publish_step, target, summary.job, summary.window)
-                summary.step_seconds["publish"] = time.monotonic() - clock
-                summary.published = True
-                summary.status = "published" if not summary.load.refused else "published; batches refused"
-            else:
-                summary.status = (
-                    "gates failed" if any(n.is_gate for n in summary.build.failed()) else "build failed"
-                )
-                summary.message = "the previous published numbers stay; nothing of this run reached readers"
-            if summary.kind == "restate" and reason is not None:
-                after = _total(target, job, summary.window)
-                with Warehouse(target) as wh:
-                    record_restatement(
-                        wh,
-                        summary.run_id,
-                        summary.job,
-                        summary.window[0],
-                        summary.window[1] - timedelta(days=1),
-                        reason,
-                        before,
-                        after,
-                        summary.published,
-                    )
-        with Warehouse(target) as wh:
-            record_run(wh, _audit_row(summary, started))
+                record_run(wh, _audit_row(summary, started))
     return summary
+
+
+def _steps(
+    job: Job,
+    target: Target,
+    summary: RunSummary,
+    landing: Path | None,
+    extra_vars: dict,
+    invoker: dbt.Invoker | None,
+    quiet: bool,
+    require_complete: bool,
+    step: StepRunner,
+    reason: str | None,
+) -> None:
+    if require_complete and landing is not None:
+        summary.missing_markers = missing_markers(landing, job.source.name, summary.window[0], summary.as_of)
+    if summary.missing_markers:
+        summary.status = "waiting for completeness markers"
+        return
+    before = _total(target, job, summary.window) if summary.kind == "restate" else None
+    if landing is not None:
+        clock = time.monotonic()
+        # a restatement re-reads every manifest: it is the path for old corrections
+        recheck = None if summary.kind == "restate" else RECHECK_DAYS
+        summary.load = step("load", load_step, target, job.source.name, landing, summary.as_of, recheck)
+        summary.step_seconds["load"] = time.monotonic() - clock
+    if summary.kind == "run":
+        summary.window = _first_build_window(target, job, summary)
+        summary.window = _with_unpublished_days(target, job, summary.window)
+    clock = time.monotonic()
+    variables = {**extra_vars, "run_id": summary.run_id}
+    summary.build = step(
+        "build", build_step, target, summary.job, summary.window, summary.as_of, variables, invoker, quiet
+    )
+    summary.step_seconds["build"] = time.monotonic() - clock
+    with Warehouse(target) as wh:
+        _read_back(wh, job, summary)
+    if summary.build.success:
+        clock = time.monotonic()
+        step("publish", publish_step, target, summary.job, summary.window, summary.as_of)
+        summary.step_seconds["publish"] = time.monotonic() - clock
+        summary.published = True
+        summary.status = "published" if not summary.load.refused else "published; batches refused"
+    else:
+        summary.status = "gates failed" if any(n.is_gate for n in summary.build.failed()) else "build failed"
+        summary.message = "the previous published numbers stay; nothing of this run reached readers"
+        _forget_unpublished_versions(target, summary.run_id)
+    if summary.kind == "restate" and reason is not None:
+        after = _total(target, job, summary.window)
+        with Warehouse(target) as wh:
+            record_restatement(
+                wh,
+                summary.run_id,
+                summary.job,
+                summary.window[0],
+                summary.window[1] - timedelta(days=1),
+                reason,
+                before,
+                after,
+                summary.published,
+            )
+
+
+def _with_unpublished_days(target: Target, job: Job, window: tuple[date, date]) -> tuple[date, date]:
+    """Widen the window to days built by earlier runs whose gates failed, so they get published.
+
+    A failed run has rebuilt its window on the write side without publishing it; the next
+    run's window may no longer reach its first day, which would then stay unpublished.
+    """
+    with Warehouse(target) as wh:
+        if not wh.relation_exists(f"{target.schema}_published", "run_audit"):
+            return window
+        audit = f"{target.schema}_published.run_audit"
+        first = wh.scalar(
+            f"select min(window_start) from {audit} where job = %s and not published "
+            "and status in ('gates failed', 'build failed', 'error') and started_at > coalesce("
+            f"(select max(started_at) from {audit} where job = %s and published), "
+            "cast('1900-01-01' as timestamp))",
+            (job.source.name, job.source.name),
+        )
+    if first is not None and first < window[0]:
+        return first, window[1]
+    return window
+
+
+def _forget_unpublished_versions(target: Target, run_id: str) -> None:
+    """Published-value versions exist only for values that were published."""
+    with Warehouse(target) as wh:
+        if wh.relation_exists(target.schema, "daily_good_units_versions"):
+            wh.execute(f"delete from {target.schema}.daily_good_units_versions where run_id = %s", (run_id,))
 
 
 def load_step(
@@ -414,10 +454,10 @@ def build_step(
     return outcome
 
 
-def publish_step(target: Target, job_name: str, window: tuple[date, date]) -> dict[str, int]:
+def publish_step(target: Target, job_name: str, window: tuple[date, date], as_of: datetime) -> dict[str, int]:
     """Publish the window to the readers' schema, atomically."""
     with Warehouse(target) as wh:
-        return publish(wh, job_name, *window)
+        return publish(wh, job_name, window[0], window[1], as_of)
 
 
 def missing_markers(landing: Path, source: str, first_day: date, as_of: datetime) -> list[str]:
@@ -453,11 +493,13 @@ def _first_build_window(target: Target, job: Job, summary: RunSummary) -> tuple[
 
 
 def _total(target: Target, job: Job, window: tuple[date, date]) -> float | None:
+    """The job's published total over the window: what readers saw (None before any publish)."""
+    published = f"{target.schema}_published"
     with Warehouse(target) as wh:
-        if not wh.relation_exists(target.schema, job.mart):
+        if not wh.relation_exists(published, job.mart):
             return None
         value = wh.scalar(
-            f"select {job.value_sql} from {target.schema}.{job.mart} "
+            f"select {job.value_sql} from {published}.{job.mart} "
             f"where {job.date_column} >= %s and {job.date_column} < %s",
             window,
         )

@@ -450,7 +450,7 @@ def load_batch(wh: Warehouse, spec: SourceSpec, batch: Batch, previous_sha: str 
     try:
         manifest, sha = read_manifest(batch)
     except (ManifestMismatch, OSError) as exc:
-        return _refuse(wh, spec, batch, None, str(exc))
+        return _refuse(wh, spec, batch, None, str(exc), previous_sha)
     schema = wh.target.landing_schema
     with tempfile.NamedTemporaryFile(
         "w", suffix=".csv", encoding="utf-8", newline="", dir=os.environ.get("DAYCLOSE_SPOOL_DIR")
@@ -458,7 +458,7 @@ def load_batch(wh: Warehouse, spec: SourceSpec, batch: Batch, previous_sha: str 
         try:
             rows, errors = _spool_batch(spec, batch, manifest, spool)
         except (ManifestMismatch, OSError) as exc:
-            return _refuse(wh, spec, batch, sha, str(exc))
+            return _refuse(wh, spec, batch, sha, str(exc), previous_sha)
         spool.flush()
         with wh.transaction():
             wh.execute(f"delete from {schema}.{spec.table} where batch_id = %s", (batch.batch_id,))
@@ -469,8 +469,13 @@ def load_batch(wh: Warehouse, spec: SourceSpec, batch: Batch, previous_sha: str 
     return BatchResult(batch.batch_id, status, rows, errors, message)
 
 
-def _refuse(wh: Warehouse, spec: SourceSpec, batch: Batch, sha: str | None, reason: str) -> BatchResult:
+def _refuse(
+    wh: Warehouse, spec: SourceSpec, batch: Batch, sha: str | None, reason: str, previous_sha: str | None
+) -> BatchResult:
     message = f"{spec.name} batch arrived={batch.batch_id} refused: {reason}"
+    if previous_sha is not None:
+        # a bad re-delivery of a batch loaded before: keep the loaded version and its ledger row
+        return BatchResult(batch.batch_id, "refused", message=message + "; the version loaded before stays")
     with wh.transaction():
         _record(wh, spec, batch, "refused", sha, 0, 0, 0, message)
     return BatchResult(batch.batch_id, "refused", message=message)

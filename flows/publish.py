@@ -4,7 +4,8 @@ dbt builds the models in the target schema (the write side), where the gates
 test them; dashboard readers read only `<schema>_published`. Publishing copies
 the days the run rebuilt (and the small status tables whole) into the published
 relations in one transaction, checks the copy, and commits: a reader sees the old
-numbers or the new ones, never a mix, never an empty window. Nothing reaches the
+numbers or the new ones, never a mix, never an empty window. The check before commit
+compares the row counts of the published days with the built ones. Nothing reaches the
 published schema from a run whose gates failed, because this step is not called.
 
 On Postgres a role (DAYCLOSE_READER_ROLE, default dayclose_reader) may read the
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, datetime
 
 from flows.warehouse import Warehouse
 
@@ -46,6 +47,9 @@ PUBLISHED: dict[str, tuple[Published, ...]] = {
 }
 
 
+AS_OF_STAMPED = ("daily_sales", "daily_good_units")  # marts with built_as_of per row
+
+
 class PublishMismatch(RuntimeError):
     """The published copy disagrees with what the gates passed; nothing was published."""
 
@@ -54,8 +58,13 @@ def published_schema(wh: Warehouse) -> str:
     return f"{wh.target.schema}_published"
 
 
-def publish(wh: Warehouse, job: str, start: date, end: date) -> dict[str, int]:
-    """Publish the job's relations for days [start, end) atomically; rows published by relation."""
+def publish(wh: Warehouse, job: str, start: date, end: date, as_of: datetime) -> dict[str, int]:
+    """Publish the job's relations for days [start, end) atomically; rows published by relation.
+
+    Refuses (PublishMismatch, nothing published) when a run with a later as-of instant has
+    already published any of these days: a rerun of an older night must not overwrite
+    newer numbers.
+    """
     pub = published_schema(wh)
     src = wh.target.schema
     wh.execute(f"create schema if not exists {pub}")
@@ -64,8 +73,20 @@ def publish(wh: Warehouse, job: str, start: date, end: date) -> dict[str, int]:
         for rel in PUBLISHED[job]:
             target, source = f"{pub}.{rel.name}", f"{src}.{rel.name}"
             if not wh.relation_exists(pub, rel.name):
-                wh.execute(f"create table {target} as select * from {source}")
-            elif rel.date_column is None:
+                # empty first, so that only the days this run built and gated are published
+                wh.execute(f"create table {target} as select * from {source} where 1 = 0")
+            elif rel.date_column and rel.name in AS_OF_STAMPED:
+                newest = wh.scalar(
+                    f"select max(built_as_of) from {target} "
+                    f"where {rel.date_column} >= %s and {rel.date_column} < %s",
+                    (start, end),
+                )
+                if newest is not None and newest > as_of:
+                    raise PublishMismatch(
+                        f"{target}: days {start}..{end} were published by a run as of {newest}, later "
+                        f"than this run's {as_of}; not overwriting newer numbers"
+                    )
+            if rel.date_column is None:
                 wh.execute(f"delete from {target}")
                 wh.execute(f"insert into {target} select * from {source}")
             else:

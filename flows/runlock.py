@@ -52,6 +52,7 @@ def _file_lock(target: Target, job: str, timeout: float, poll: float) -> Iterato
     path.parent.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + timeout
     fh = open(path, "a+")  # noqa: SIM115 - held for the run
+    acquired = False
     try:
         while True:
             try:
@@ -66,14 +67,16 @@ def _file_lock(target: Target, job: str, timeout: float, poll: float) -> Iterato
                         "It will be safe to run once that one has finished."
                     ) from None
                 time.sleep(poll)
+        acquired = True
         fh.seek(0)
         fh.truncate()
         fh.write(_holder_text(job))
         fh.flush()
         yield
     finally:
-        with contextlib.suppress(OSError):
-            fh.truncate(0)
+        if acquired:  # a runner that did not get the lock leaves the holder's note alone
+            with contextlib.suppress(OSError):
+                fh.truncate(0)
         fh.close()  # closing releases the flock
 
 
@@ -95,7 +98,8 @@ def _advisory_lock(target: Target, job: str, timeout: float, poll: float) -> Ite
                     cur.execute(
                         "select a.pid, a.application_name, a.backend_start from pg_locks l "
                         "join pg_stat_activity a on a.pid = l.pid "
-                        "where l.locktype = 'advisory' and l.granted and "
+                        "where l.locktype = 'advisory' and l.granted and l.database = "
+                        "(select oid from pg_database where datname = current_database()) and "
                         "(l.classid::bigint << 32 | l.objid::bigint) = %s",
                         (key,),
                     )

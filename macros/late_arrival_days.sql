@@ -11,15 +11,27 @@
 #}
 {% macro late_arrival_days(source_name, published, date_column, count_expression) %}
 {%- set scan_from = dayclose.as_of_day_offset(-var('late_arrival_scan_days')) -%}
+{%- set too_late -%}
+    received_at >= {{ dayclose.timestamp_literal(scan_from ~ ' 00:00:00') }}
+    and received_at >= {{ dbt.dateadd('day', dayclose.window_days(source_name), 'event_date') }}
+{%- endset -%}
+{#-
+    The oldest day with a too-late arrival, read before the model runs, so that the scan of
+    those days' arrivals starts at a literal: engines prune by it (zone maps, an index),
+    and the nightly cost follows the window, not the history.
+-#}
+{%- set first_candidate = scan_from -%}
+{%- if execute -%}
+    {%- set found = run_query(
+        "select min(event_date) from " ~ ref('int_arrivals_unioned')
+        ~ " where source_name = '" ~ source_name ~ "' and " ~ too_late
+    ) -%}
+    {%- if found.columns[0].values()[0] is not none -%}
+        {%- set first_candidate = found.columns[0].values()[0] | string -%}
+    {%- endif -%}
+{%- endif -%}
 
 with
-
-arrivals as (
-
-    select * from {{ ref('int_arrivals_unioned') }}
-    where source_name = '{{ source_name }}'
-
-),
 
 published_days as (
 
@@ -29,13 +41,13 @@ published_days as (
 
 recent_arrivals as (
 
+    -- each CTE reads the arrivals with its own literal filters: a CTE used twice would be
+    -- materialized whole (DuckDB, Postgres) before any filter could prune it
     select
         source_name,
         event_date
-    from arrivals
-    where
-        received_at >= {{ dayclose.timestamp_literal(scan_from ~ ' 00:00:00') }}
-        and received_at >= {{ dbt.dateadd('day', dayclose.window_days(source_name), 'event_date') }}
+    from {{ ref('int_arrivals_unioned') }}
+    where source_name = '{{ source_name }}' and {{ too_late }}
 
 ),
 
@@ -49,13 +61,6 @@ candidate_days as (
 
 ),
 
-candidate_range as (
-
-    select cast(min(event_date) as {{ dbt.type_timestamp() }}) as first_event_at
-    from candidate_days
-
-),
-
 candidate_events as (
 
     -- every arrival of the candidate days, to find each event's first arrival
@@ -65,13 +70,14 @@ candidate_events as (
         arrivals.event_date,
         min(arrivals.received_at) as first_received_at
 
-    from arrivals
-    inner join candidate_range
-        on arrivals.event_at >= candidate_range.first_event_at
+    from {{ ref('int_arrivals_unioned') }} as arrivals
     inner join candidate_days
         on
             arrivals.source_name = candidate_days.source_name
             and arrivals.event_date = candidate_days.event_date
+    where
+        arrivals.source_name = '{{ source_name }}'
+        and arrivals.event_at >= {{ dayclose.timestamp_literal(first_candidate[:10] ~ ' 00:00:00') }}
     group by arrivals.source_name, arrivals.event_key, arrivals.event_date
 
 ),

@@ -47,10 +47,10 @@ def write_batch(
 
 
 def daily_sales(target: Target) -> dict[tuple[str, str], tuple[Decimal, int]]:
-    """daily_sales as {(sale_date, shop_id): (amount, count)}."""
+    """daily_sales as readers see it (published) as {(sale_date, shop_id): (amount, count)}."""
     with Warehouse(target) as wh:
         rows = wh.query(
-            f"select sale_date, shop_id, sales_amount, sales_count from {target.schema}.daily_sales"
+            f"select sale_date, shop_id, sales_amount, sales_count from {target.schema}_published.daily_sales"
         )
     return {(str(d), s): (Decimal(a), int(c)) for d, s, a, c in rows}
 
@@ -112,7 +112,9 @@ def steady_production(landing: Path, lines: list[str], first_day: str, days: int
 
 
 def good_units(target: Target) -> dict[tuple[str, str], int]:
-    """daily_good_units as {(production_date, sku): good_units}."""
+    """daily_good_units as readers see it (published) as {(production_date, sku): good_units}."""
     with Warehouse(target) as wh:
-        rows = wh.query(f"select production_date, sku, good_units from {target.schema}.daily_good_units")
+        rows = wh.query(
+            f"select production_date, sku, good_units from {target.schema}_published.daily_good_units"
+        )
     return {(str(d), s): int(n) for d, s, n in rows}

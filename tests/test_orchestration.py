@@ -24,7 +24,7 @@ from flows.generate import generate_sales, read_truth
 from flows.jobs import run_nightly
 from flows.settings import PROJECT_DIR, Target
 from flows.warehouse import Warehouse, WarehouseBusy
-from tests.helpers import table, ts
+from tests.helpers import sale, table, ts, write_batch
 
 FIRST = date(2026, 11, 20)
 
@@ -216,6 +216,12 @@ def test_restatement_is_audited(
         as_of="2026-11-25T00:30", target=engine.name, landing=str(landing), return_state=True
     ).is_completed()
     monkeypatch.setenv("DAYCLOSE_USER", "finance.analyst")
+    # a till uploads a Nov 20 sale on Nov 29, long after the day's last nightly rebuild
+    write_batch(
+        landing,
+        "2026-11-29T10",
+        [sale("late-1", "S-001", "2026-11-20T12:00:00Z", "2026-11-29T10:05:00Z", "100.00")],
+    )
     state = restate_days(
         job="sales",
         start="2026-11-20",
@@ -240,8 +246,9 @@ def test_restatement_is_audited(
         "late till uploads",
         True,
     )
-    assert Decimal(str(after)) == week["2026-11-20"] and before <= after
-    assert published(engine)["2026-11-20"] == week["2026-11-20"]
+    assert Decimal(str(before)) == week["2026-11-20"]
+    assert Decimal(str(after)) == week["2026-11-20"] + 100
+    assert published(engine)["2026-11-20"] == week["2026-11-20"] + 100
 
 
 def test_readers_role_reads_published_and_nothing_else(engine: Target, landing: Path, week: dict) -> None:

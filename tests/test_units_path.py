@@ -89,7 +89,7 @@ def test_garbage_dead_lettered_and_count_untouched(engine: Target, landing: Path
     assert good_units(engine)[("2026-11-23", SKU)] == steady + 2
     [(flags, rejected)] = table(
         engine,
-        "select good_units_with_sensor_flags, rejected_units from {schema}.daily_good_units "
+        "select good_units_with_sensor_flags, rejected_units from {schema}_published.daily_good_units "
         "where production_date = '2026-11-23'",
     )
     assert (flags, rejected) == (2, 1)
@@ -137,7 +137,7 @@ def test_restatement_after_close_is_ledgered_and_versioned(engine: Target, landi
     ledger = table(
         engine,
         "select production_date, sku, published_at_close, restated_good_units, delta, "
-        "reason, caused_by_batches from {schema}.units_restatements",
+        "reason, caused_by_batches from {schema}_published.units_restatements",
     )
     assert [tuple(str(v) for v in row) for row in ledger] == [
         ("2026-10-30", SKU, str(steady), str(steady + 12), "12", "P-001 reported late", "2026-11-04T10")
@@ -145,7 +145,7 @@ def test_restatement_after_close_is_ledgered_and_versioned(engine: Target, landi
     # what did we report for Oct 30 as of Nov 2? the value before the restatement
     as_of_nov_2 = table(
         engine,
-        "select good_units from {schema}.daily_good_units_versions "
+        "select good_units from {schema}_published.daily_good_units_versions "
         "where production_date = '2026-10-30' and published_as_of <= '2026-11-02 12:00:00' "
         "order by version_number desc limit 1",
     )
@@ -160,12 +160,13 @@ def test_restatement_after_close_is_ledgered_and_versioned(engine: Target, landi
         quiet=True,
     )
     assert again.ok
-    assert len(table(engine, "select * from {schema}.units_restatements")) == 1
+    assert len(table(engine, "select * from {schema}_published.units_restatements")) == 1
     assert (
         len(
             table(
                 engine,
-                "select * from {schema}.daily_good_units_versions where production_date = '2026-10-30'",
+                "select * from {schema}_published.daily_good_units_versions "
+                "where production_date = '2026-10-30'",
             )
         )
         == 2

@@ -4,7 +4,8 @@
     SKU-day gets a version with 0). Append-only, so "what did we report for day D
     as of T" is the latest version with published_as_of <= T. Only the days the
     run rebuilt are compared (the nightly window, or a restatement's range), and
-    a rerun that changes nothing appends nothing.
+    a rerun that changes nothing appends nothing. A run whose gates fail removes the
+    versions it appended (by run_id), so only values that were published are here.
 #}
 {{
     config(
@@ -107,6 +108,7 @@ final as (
         cast(previous_good_units as bigint) as previous_good_units,
         {{ dayclose.as_of_at() }} as published_as_of,
         {{ dayclose.invocation_at() }} as recorded_at,
+        cast('{{ var("run_id", "") or invocation_id }}' as {{ dbt.type_string() }}) as run_id,
         cast('{{ var("restate_reason") | replace("'", "''") }}' as {{ dbt.type_string() }}) as reason
 
     from changed
