@@ -21,7 +21,7 @@
     and the nightly cost follows the window, not the history.
 -#}
 {%- set first_candidate = scan_from -%}
-{%- if execute -%}
+{%- if execute and load_relation(ref('int_arrivals_unioned')) is not none -%}
     {%- set found = run_query(
         "select min(event_date) from " ~ ref('int_arrivals_unioned')
         ~ " where source_name = '" ~ source_name ~ "' and " ~ too_late
