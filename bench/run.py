@@ -33,7 +33,7 @@ import psycopg2
 
 from flows.generate import generate_sales
 from flows.jobs import run_nightly
-from flows.landing import SALES, load_source
+from flows.landing import SALES, load_source, load_workers
 from flows.settings import Target, resolve_target
 from flows.warehouse import Warehouse
 
@@ -175,15 +175,18 @@ def loader_throughput(engine: str, landing: Path, workdir: Path) -> tuple[int, f
         return report.rows_loaded, time.perf_counter() - started
 
 
-def peak_memory_child(engine: str, landing: Path, workdir: Path) -> float:
-    """Peak RSS (MiB) of a fresh process that loads `landing` through the loader."""
+def peak_memory_child(engine: str, landing: Path, workdir: Path) -> tuple[float, float]:
+    """Peak RSS (MiB) of a fresh process that loads `landing` through the loader, and of
+    its largest decoding worker (the loader decodes in `load_workers()` child processes)."""
     code = (
         "import sys, resource; from pathlib import Path; from datetime import datetime;"
         "from bench.run import fresh_target; from flows.landing import SALES, load_source;"
         "from flows.warehouse import Warehouse\n"
-        f"with fresh_target({engine!r}, Path({str(workdir)!r})) as t, Warehouse(t) as wh:\n"
-        f"    r = load_source(wh, SALES, Path({str(landing)!r}), datetime(2100, 1, 1))\n"
-        "print(r.rows_loaded, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+        "if __name__ == '__main__':\n"
+        f"    with fresh_target({engine!r}, Path({str(workdir)!r})) as t, Warehouse(t) as wh:\n"
+        f"        r = load_source(wh, SALES, Path({str(landing)!r}), datetime(2100, 1, 1))\n"
+        "    print(r.rows_loaded, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,"
+        " resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
     )
     out = subprocess.run(
         [sys.executable, "-c", code],
@@ -192,8 +195,8 @@ def peak_memory_child(engine: str, landing: Path, workdir: Path) -> float:
         text=True,
         cwd=Path(__file__).resolve().parent.parent,
     )
-    rows, kib = out.stdout.split()
-    return int(kib) / 1024
+    _rows, own_kib, child_kib = out.stdout.split()
+    return int(own_kib) / 1024, int(child_kib) / 1024
 
 
 def main() -> None:
@@ -255,7 +258,8 @@ def main() -> None:
         r["loader_rows_per_s"] = rows / secs
         r["bulk_rows_per_s"] = brows / bsecs
         log(f"{engine}: loader peak memory on a {args.big_day:,}-event day")
-        r["loader_peak_mib_big_day"] = peak_memory_child(engine, big, workdir)
+        r["loader_peak_mib_big_day"], r["decoder_peak_mib_big_day"] = peak_memory_child(engine, big, workdir)
+        r["load_workers"] = load_workers()
         results["engines"][engine] = r
         log(f"  {json.dumps(r, default=str)}")
     RESULTS.mkdir(exist_ok=True)
@@ -295,6 +299,12 @@ def render(results: dict, args: argparse.Namespace) -> str:
             [e[c]["loader_peak_mib_big_day"] for c in cols],
             "{:.0f}",
         ),
+        (
+            "(c) peak memory of each decoding worker (MiB)",
+            [e[c]["decoder_peak_mib_big_day"] for c in cols],
+            "{:.0f}",
+        ),
+        ("(c) decoding workers", [e[c]["load_workers"] for c in cols], "{}"),
     ]
     lines = [
         f"| {args.events_per_day:,} events/day | " + " | ".join(cols) + " |",

@@ -64,19 +64,13 @@ def reconciliation_child(target: Target) -> tuple[float, float, float]:
     Returns the invocation's wall time (dbt start-up and parse included), its peak RSS (MiB),
     and the time dbt reports for the model itself (its batches' SQL).
     """
-    args = dbt.dbt_args(
-        target,
-        ["run", "--select", "daily_good_units"],
-        as_of=AS_OF,
-        window=WINDOW,
-        extra_vars={"rebuilt_from": WINDOW[0].isoformat(), "rebuilt_to": WINDOW[1].isoformat()},
-        quiet=True,
-    )
+    args = dbt.dbt_args(target, ["run", "--select", "daily_good_units"], window=WINDOW, quiet=True)
+    run_vars = {"as_of": str(AS_OF), "rebuilt_from": str(WINDOW[0]), "rebuilt_to": str(WINDOW[1])}
     code = (
         "import json, resource, sys, time; from flows import dbt_runner as dbt\n"
         "from flows.settings import resolve_target\n"
         f"t = resolve_target({target.name!r}); started = time.perf_counter()\n"
-        f"out = dbt.invoke(t, {args!r})\n"
+        f"out = dbt.invoke(t, {args!r}, run_vars={run_vars!r})\n"
         "assert out.success, out.error or [n.message for n in out.failed()]\n"
         "print(json.dumps([time.perf_counter() - started, "
         "resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "

@@ -66,12 +66,14 @@ def _environment(values: dict[str, str]) -> Iterator[None]:
 def dbt_args(
     target: Target,
     command: list[str],
-    as_of: datetime | None = None,
     window: tuple[date, date] | None = None,
     extra_vars: dict[str, Any] | None = None,
     quiet: bool = False,
 ) -> list[str]:
-    """The argument list for one dbt invocation against `target`."""
+    """The argument list for one dbt invocation against `target`.
+
+    `extra_vars` are project variables (--vars); per-run values go to `invoke`.
+    """
     state = target.state_dir
     args = [
         *(["--quiet"] if quiet else []),
@@ -87,11 +89,8 @@ def dbt_args(
         "--log-path",
         str(state / "logs"),
     ]
-    variables: dict[str, Any] = dict(extra_vars or {})
-    if as_of is not None:
-        variables["as_of"] = as_of.strftime("%Y-%m-%d %H:%M:%S")
-    if variables:
-        args += ["--vars", json.dumps(variables)]
+    if extra_vars:
+        args += ["--vars", json.dumps(extra_vars)]
     if command[0] in ("build", "test"):
         # a test runs only when all its parents are selected: a sales run never tests units marts
         args += ["--indirect-selection", "cautious"]
@@ -124,9 +123,35 @@ def _release_duckdb() -> None:
             manager._ENV = None
 
 
-def invoke(target: Target, args: list[str], invoker: Invoker | None = None) -> DbtOutcome:
-    """Run dbt in this process and reduce its result to what dayclose reports."""
-    with _environment(dbt_env(target)):
+RUN_VARS = ("as_of", "rebuilt_from", "rebuilt_to", "run_id", "restate_reason")
+
+
+def run_env(run_vars: dict[str, Any] | None = None) -> dict[str, str]:
+    """The per-run values as DAYCLOSE_RUN_* variables (macro run_var), unset ones empty.
+
+    Not --vars: dbt re-parses the whole project whenever --vars change (seconds), and
+    every run has a new as-of and run id.
+    """
+    values = dict(run_vars or {})
+    unknown = set(values) - set(RUN_VARS)
+    if unknown:
+        raise ValueError(f"not per-run values: {sorted(unknown)} (pass them as --vars)")
+    if isinstance(values.get("as_of"), datetime):
+        values["as_of"] = values["as_of"].strftime("%Y-%m-%d %H:%M:%S")
+    return {f"DAYCLOSE_RUN_{name.upper()}": str(values.get(name) or "") for name in RUN_VARS}
+
+
+def invoke(
+    target: Target,
+    args: list[str],
+    invoker: Invoker | None = None,
+    run_vars: dict[str, Any] | None = None,
+) -> DbtOutcome:
+    """Run dbt in this process and reduce its result to what dayclose reports.
+
+    `run_vars`: the per-run values (RUN_VARS) the models read through macro run_var.
+    """
+    with _environment({**dbt_env(target), **run_env(run_vars)}):
         try:
             result = (invoker or _default_invoker)(args)
         finally:

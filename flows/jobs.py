@@ -237,7 +237,8 @@ def run_nightly(
         target,
         summary,
         landing,
-        {job.window_var: days},
+        # a project var: passed only when overridden (other --vars make dbt re-parse the project)
+        {job.window_var: days} if window_days else {},
         invoker,
         quiet,
         lock_timeout,
@@ -439,16 +440,13 @@ def build_step(
     """dbt build of the job's models and gates for the window's days (idempotent: safe to retry)."""
     job = JOBS[job_name]
     start, end = window
-    variables = {**extra_vars, "rebuilt_from": start.isoformat(), "rebuilt_to": end.isoformat()}
+    run_vars = {k: v for k, v in extra_vars.items() if k in dbt.RUN_VARS}
+    run_vars.update(as_of=as_of, rebuilt_from=str(start), rebuilt_to=str(end))
+    project_vars = {k: v for k, v in extra_vars.items() if k not in dbt.RUN_VARS}
     args = dbt.dbt_args(
-        target,
-        ["build", "--select", job.selector],
-        as_of=as_of,
-        window=window,
-        extra_vars=variables,
-        quiet=quiet,
+        target, ["build", "--select", job.selector], window=window, extra_vars=project_vars, quiet=quiet
     )
-    outcome = dbt.invoke(target, args, invoker)
+    outcome = dbt.invoke(target, args, invoker, run_vars=run_vars)
     if outcome.error and not outcome.nodes:
         raise RuntimeError(f"dbt could not run: {outcome.error}")
     return outcome

@@ -17,14 +17,19 @@ The loader's promises:
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import json
+import multiprocessing
 import os
 import re
 import tempfile
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
@@ -445,28 +450,130 @@ def _record(
     )
 
 
-def load_batch(wh: Warehouse, spec: SourceSpec, batch: Batch, previous_sha: str | None) -> BatchResult:
-    """Verify and load one complete batch in one transaction; refuse it whole on mismatch."""
+@dataclass(frozen=True)
+class Spooled:
+    """A batch decoded into a CSV spool file, or the reason it is refused."""
+
+    path: str | None
+    sha: str | None
+    files: int = 0
+    rows: int = 0
+    errors: int = 0
+    problem: str | None = None
+
+
+def spool_batch(spec: SourceSpec, batch: Batch, spool_dir: str | None = None) -> Spooled:
+    """Check a complete batch against its manifest and decode it into a spool file.
+
+    Pure file work, no warehouse: the loader runs it in worker processes, several
+    batches at a time, while it writes the batches already decoded.
+    """
     try:
         manifest, sha = read_manifest(batch)
     except (ManifestMismatch, OSError) as exc:
-        return _refuse(wh, spec, batch, None, str(exc), previous_sha)
+        return Spooled(None, None, problem=str(exc))
+    fd, path = tempfile.mkstemp(prefix=f"{spec.name}-{batch.batch_id}-", suffix=".csv", dir=spool_dir)
+    try:
+        with open(fd, "w", encoding="utf-8", newline="") as fh:
+            rows, errors = _spool_batch(spec, batch, manifest, fh)
+    except (ManifestMismatch, OSError) as exc:
+        os.unlink(path)
+        return Spooled(None, sha, len(manifest), problem=str(exc))
+    except BaseException:
+        os.unlink(path)
+        raise
+    return Spooled(path, sha, len(manifest), rows, errors)
+
+
+def write_batch(
+    wh: Warehouse, spec: SourceSpec, batch: Batch, spooled: Spooled, previous_sha: str | None
+) -> BatchResult:
+    """Write a spooled batch in one transaction (replacing any earlier copy), or refuse it."""
+    if spooled.path is None:
+        return _refuse(wh, spec, batch, spooled.sha, spooled.problem or "unreadable", previous_sha)
     schema = wh.target.landing_schema
-    with tempfile.NamedTemporaryFile(
-        "w", suffix=".csv", encoding="utf-8", newline="", dir=os.environ.get("DAYCLOSE_SPOOL_DIR")
-    ) as spool:
-        try:
-            rows, errors = _spool_batch(spec, batch, manifest, spool)
-        except (ManifestMismatch, OSError) as exc:
-            return _refuse(wh, spec, batch, sha, str(exc), previous_sha)
-        spool.flush()
+    try:
         with wh.transaction():
             wh.execute(f"delete from {schema}.{spec.table} where batch_id = %s", (batch.batch_id,))
-            wh.copy_csv(f"{schema}.{spec.table}", spec.columns, Path(spool.name))
+            wh.copy_csv(f"{schema}.{spec.table}", spec.columns, Path(spooled.path))
             status = "replaced" if previous_sha is not None else "loaded"
             message = "manifest changed since the last load; batch replaced" if previous_sha else ""
-            _record(wh, spec, batch, "loaded", sha, len(manifest), rows, errors, message)
-    return BatchResult(batch.batch_id, status, rows, errors, message)
+            _record(
+                wh, spec, batch, "loaded", spooled.sha, spooled.files, spooled.rows, spooled.errors, message
+            )
+    finally:
+        os.unlink(spooled.path)
+    return BatchResult(batch.batch_id, status, spooled.rows, spooled.errors, message)
+
+
+def load_batch(wh: Warehouse, spec: SourceSpec, batch: Batch, previous_sha: str | None) -> BatchResult:
+    """Verify and load one complete batch in one transaction; refuse it whole on mismatch."""
+    return write_batch(wh, spec, batch, spool_batch(spec, batch, _spool_dir()), previous_sha)
+
+
+def _spool_dir() -> str | None:
+    return os.environ.get("DAYCLOSE_SPOOL_DIR")
+
+
+def load_workers() -> int:
+    """Decoding processes: DAYCLOSE_LOAD_WORKERS, else one per CPU (at most 4); 1 decodes inline."""
+    configured = os.environ.get("DAYCLOSE_LOAD_WORKERS")
+    if configured:
+        return max(1, int(configured))
+    return max(1, min(os.cpu_count() or 1, 4))
+
+
+def _load_in_order(
+    wh: Warehouse, spec: SourceSpec, todo: list[tuple[Batch, str | None]]
+) -> Iterator[BatchResult]:
+    """Load batches oldest first; decode ahead in worker processes when there are several."""
+    workers = min(load_workers(), len(todo))
+    if workers <= 1:
+        for batch, previous in todo:
+            yield load_batch(wh, spec, batch, previous)
+        return
+    # spawn, not fork: the parent holds a warehouse connection (and DuckDB its threads)
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+    queue: deque[tuple[Batch, str | None, Future[Spooled] | None]] = deque()
+    items = iter(todo)
+    broken = False
+
+    def submit() -> None:
+        item = next(items, None)
+        if item is not None:
+            future = None if broken else pool.submit(spool_batch, spec, item[0], _spool_dir())
+            queue.append((*item, future))
+
+    try:
+        for _ in range(workers + 1):  # bounded look-ahead: at most workers + 1 spool files
+            submit()
+        while queue:
+            batch, previous, future = queue.popleft()
+            spooled = _decoded(future)
+            if spooled is None:
+                # no pool, or a worker could not start (a script without an
+                # `if __name__ == "__main__":` guard, under spawn) or died:
+                # decode this batch and the rest in this process
+                broken = True
+                spooled = spool_batch(spec, batch, _spool_dir())
+            submit()
+            yield write_batch(wh, spec, batch, spooled, previous)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        for _, _, future in queue:  # a failure half way: remove what was decoded ahead
+            spooled = _decoded(future) if future is not None and future.done() else None
+            if spooled is not None and spooled.path:
+                Path(spooled.path).unlink(missing_ok=True)
+
+
+def _decoded(future: Future[Spooled] | None) -> Spooled | None:
+    """A worker's result; None when there is no worker or the pool broke."""
+    if future is None or future.cancelled():
+        return None
+    try:
+        return future.result()
+    except BrokenProcessPool:
+        return None
 
 
 def _refuse(
@@ -507,6 +614,7 @@ def load_source(
             (spec.name,),
         )
     }
+    todo: list[tuple[Batch, str | None]] = []
     for batch in batches:
         if not batch.marker.exists():
             report.waiting.append(batch.batch_id)
@@ -516,14 +624,36 @@ def load_source(
         if previous is not None and (settled or previous == _marker_sha(batch)):
             report.already_loaded += 1
             continue
-        result = load_batch(wh, spec, batch, previous)
-        report.results.append(result)
-        if progress:
-            progress(f"{spec.name} arrived={batch.batch_id}: {result.status} {result.rows} rows")
+        todo.append((batch, previous))
+    with _duckdb_memory_limit(wh):
+        for result in _load_in_order(wh, spec, todo):
+            report.results.append(result)
+            if progress:
+                progress(f"{spec.name} arrived={result.batch_id}: {result.status} {result.rows} rows")
     if wh.kind == "postgres" and report.loaded:
         wh.execute(f"analyze {wh.target.landing_schema}.{spec.table}")  # plans for the new rows
     report.seconds = time.monotonic() - started
     return report
+
+
+@contextlib.contextmanager
+def _duckdb_memory_limit(wh: Warehouse) -> Iterator[None]:
+    """Bound DuckDB's buffer pool while loading (DAYCLOSE_LOADER_MEMORY_LIMIT, default 1GB).
+
+    DuckDB may otherwise cache up to 80% of RAM of the table it appends to; the loader
+    streams, so it needs little. The limit is the database's, reset after the load.
+    """
+    if wh.kind != "duckdb":
+        yield
+        return
+    limit = os.environ.get("DAYCLOSE_LOADER_MEMORY_LIMIT", "1GB")
+    if not re.fullmatch(r"\d+(\.\d+)?\s*[KMGT]i?B", limit, re.IGNORECASE):
+        raise ValueError(f"DAYCLOSE_LOADER_MEMORY_LIMIT={limit!r}: expected a size such as 1GB or 512MB")
+    wh.execute(f"set memory_limit = '{limit}'")
+    try:
+        yield
+    finally:
+        wh.execute("reset memory_limit")
 
 
 def _marker_sha(batch: Batch) -> str:

@@ -39,7 +39,7 @@
 
 {# [from, to) 'YYYY-MM-DD' of the days this run rebuilds: the shim's vars, else the source's window. #}
 {% macro rebuilt_range(source_name) -%}
-    {%- set start = var('rebuilt_from', '') or dayclose.as_of_day_offset(-dayclose.window_days(source_name)) -%}
-    {%- set end = var('rebuilt_to', '') or dayclose.as_of_day_offset(0) -%}
+    {%- set start = dayclose.run_var('rebuilt_from') or dayclose.as_of_day_offset(-dayclose.window_days(source_name)) -%}
+    {%- set end = dayclose.run_var('rebuilt_to') or dayclose.as_of_day_offset(0) -%}
     {{- return([start, end]) -}}
 {%- endmacro %}

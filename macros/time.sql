@@ -9,9 +9,24 @@
 {%- endmacro %}
 
 
-{# The run's as-of instant as text: the shim's var, else the invocation time (UTC). #}
+{#
+    A per-run value (as_of, rebuilt_from, rebuilt_to, run_id, restate_reason): the
+    --vars of a dbt CLI user, else DAYCLOSE_RUN_<NAME>, which the shim sets for each
+    invocation. The environment is read only when executing: dbt re-parses the whole
+    project whenever --vars change, and a new run must not cost a new parse.
+#}
+{% macro run_var(name) -%}
+    {%- set value = var(name, '') -%}
+    {%- if not value and execute -%}
+        {%- set value = env_var('DAYCLOSE_RUN_' ~ (name | upper), '') -%}
+    {%- endif -%}
+    {{- return(value) -}}
+{%- endmacro %}
+
+
+{# The run's as-of instant as text: the shim's value, else the invocation time (UTC). #}
 {% macro as_of_text() -%}
-    {%- set value = var('as_of', '') -%}
+    {%- set value = dayclose.run_var('as_of') -%}
     {%- if value -%}
         {{- return(value) -}}
     {%- else -%}

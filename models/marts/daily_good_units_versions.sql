@@ -108,8 +108,8 @@ final as (
         cast(previous_good_units as bigint) as previous_good_units,
         {{ dayclose.as_of_at() }} as published_as_of,
         {{ dayclose.invocation_at() }} as recorded_at,
-        cast('{{ var("run_id", "") or invocation_id }}' as {{ dbt.type_string() }}) as run_id,
-        cast('{{ var("restate_reason") | replace("'", "''") }}' as {{ dbt.type_string() }}) as reason
+        cast('{{ dayclose.run_var("run_id") or invocation_id }}' as {{ dbt.type_string() }}) as run_id,
+        cast('{{ (dayclose.run_var("restate_reason") or "nightly window rebuild") | replace("'", "''") }}' as {{ dbt.type_string() }}) as reason
 
     from changed
 
