@@ -177,16 +177,17 @@ def loader_throughput(engine: str, landing: Path, workdir: Path) -> tuple[int, f
 
 def peak_memory_child(engine: str, landing: Path, workdir: Path) -> tuple[float, float]:
     """Peak RSS (MiB) of a fresh process that loads `landing` through the loader, and of
-    its largest decoding worker (the loader decodes in `load_workers()` child processes)."""
+    its largest decoding worker (the loader decodes in `load_workers()` child processes;
+    ru_maxrss of the children, an upper bound: it includes the loader's size at spawn)."""
     code = (
         "import sys, resource; from pathlib import Path; from datetime import datetime;"
         "from bench.run import fresh_target; from flows.landing import SALES, load_source;"
-        "from flows.warehouse import Warehouse\n"
+        "from flows.warehouse import Warehouse; from bench.memory import own_peak_mib\n"
         "if __name__ == '__main__':\n"
         f"    with fresh_target({engine!r}, Path({str(workdir)!r})) as t, Warehouse(t) as wh:\n"
         f"        r = load_source(wh, SALES, Path({str(landing)!r}), datetime(2100, 1, 1))\n"
-        "    print(r.rows_loaded, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,"
-        " resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+        "    print(r.rows_loaded, own_peak_mib(),"
+        " resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)"
     )
     out = subprocess.run(
         [sys.executable, "-c", code],
@@ -195,8 +196,8 @@ def peak_memory_child(engine: str, landing: Path, workdir: Path) -> tuple[float,
         text=True,
         cwd=Path(__file__).resolve().parent.parent,
     )
-    _rows, own_kib, child_kib = out.stdout.split()
-    return int(own_kib) / 1024, int(child_kib) / 1024
+    _rows, own_mib, child_mib = out.stdout.split()
+    return float(own_mib), float(child_mib)
 
 
 def main() -> None:

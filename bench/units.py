@@ -67,13 +67,14 @@ def reconciliation_child(target: Target) -> tuple[float, float, float]:
     args = dbt.dbt_args(target, ["run", "--select", "daily_good_units"], window=WINDOW, quiet=True)
     run_vars = {"as_of": str(AS_OF), "rebuilt_from": str(WINDOW[0]), "rebuilt_to": str(WINDOW[1])}
     code = (
-        "import json, resource, sys, time; from flows import dbt_runner as dbt\n"
+        "import json, sys, time; from flows import dbt_runner as dbt\n"
+        "from bench.memory import own_peak_mib\n"
         "from flows.settings import resolve_target\n"
         f"t = resolve_target({target.name!r}); started = time.perf_counter()\n"
         f"out = dbt.invoke(t, {args!r}, run_vars={run_vars!r})\n"
         "assert out.success, out.error or [n.message for n in out.failed()]\n"
         "print(json.dumps([time.perf_counter() - started, "
-        "resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "
+        "own_peak_mib(), "
         "sum(n.seconds for n in out.nodes if n.name == 'daily_good_units')]))"
     )
     done = subprocess.run(

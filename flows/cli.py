@@ -132,7 +132,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from flows.publish import PublishMismatch
     from flows.warehouse import WarehouseBusy
 
     args = build_parser().parse_args(argv)
@@ -141,9 +140,6 @@ def main(argv: list[str] | None = None) -> int:
     except WarehouseBusy as exc:
         print(f"dayclose: {exc}", file=sys.stderr)
         return 75  # EX_TEMPFAIL: try again later
-    except PublishMismatch as exc:  # built and gated, but not published: readers keep what they had
-        print(f"dayclose: not published: {exc}", file=sys.stderr)
-        return 1
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ retry or a rerun can never double a number.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 import uuid
@@ -24,7 +25,7 @@ import yaml
 from flows import dbt_runner as dbt
 from flows.audit import gate_results_json, record_restatement, record_run
 from flows.landing import RECHECK_DAYS, SOURCES, Batch, LoadReport, SourceSpec, load_source, pending_summary
-from flows.publish import publish
+from flows.publish import PublishMismatch, publish
 from flows.runlock import run_lock
 from flows.settings import PROJECT_DIR, Target
 from flows.warehouse import Warehouse
@@ -367,10 +368,21 @@ def _steps(
         _read_back(wh, job, summary)
     if summary.build.success:
         clock = time.monotonic()
-        step("publish", publish_step, target, summary.job, summary.window, summary.as_of)
+        try:
+            step("publish", publish_step, target, summary.job, summary.window, summary.as_of)
+        except PublishMismatch as exc:
+            # built and gated, refused at publication (a later as-of already published these days)
+            summary.status = "not published"
+            summary.message = f"{exc}; the previous published numbers stay"
+            _forget_unpublished_versions(target, summary.run_id)
+        except BaseException:
+            with contextlib.suppress(Exception):  # the publish error is the one to report
+                _forget_unpublished_versions(target, summary.run_id)
+            raise
+        else:
+            summary.published = True
+            summary.status = "published" if not summary.load.refused else "published; batches refused"
         summary.step_seconds["publish"] = time.monotonic() - clock
-        summary.published = True
-        summary.status = "published" if not summary.load.refused else "published; batches refused"
     else:
         summary.status = "gates failed" if any(n.is_gate for n in summary.build.failed()) else "build failed"
         summary.message = "the previous published numbers stay; nothing of this run reached readers"

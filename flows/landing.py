@@ -24,6 +24,7 @@ import json
 import multiprocessing
 import os
 import re
+import shutil
 import tempfile
 import time
 from collections import deque
@@ -519,8 +520,11 @@ def load_workers() -> int:
     """Decoding processes: DAYCLOSE_LOAD_WORKERS, else one per CPU (at most 4); 1 decodes inline."""
     configured = os.environ.get("DAYCLOSE_LOAD_WORKERS")
     if configured:
+        if not configured.strip().isdigit():
+            raise ValueError(f"DAYCLOSE_LOAD_WORKERS={configured!r}: expected a whole number (1: no workers)")
         return max(1, int(configured))
-    return max(1, min(os.cpu_count() or 1, 4))
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(cpus or 1, 4))
 
 
 def _load_in_order(
@@ -532,6 +536,9 @@ def _load_in_order(
         for batch, previous in todo:
             yield load_batch(wh, spec, batch, previous)
         return
+    # one spool folder per load, removed at the end whatever happened (a worker killed half
+    # way through a file, a failed write, a cancelled run)
+    spool_dir = tempfile.mkdtemp(prefix=f"dayclose-{spec.name}-", dir=_spool_dir())
     # spawn, not fork: the parent holds a warehouse connection (and DuckDB its threads)
     pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
     queue: deque[tuple[Batch, str | None, Future[Spooled] | None]] = deque()
@@ -539,13 +546,20 @@ def _load_in_order(
     broken = False
 
     def submit() -> None:
+        nonlocal broken
         item = next(items, None)
-        if item is not None:
-            future = None if broken else pool.submit(spool_batch, spec, item[0], _spool_dir())
-            queue.append((*item, future))
+        if item is None:
+            return
+        future = None
+        if not broken:
+            try:
+                future = pool.submit(spool_batch, spec, item[0], spool_dir)
+            except BrokenProcessPool:
+                broken = True
+        queue.append((*item, future))
 
     try:
-        for _ in range(workers + 1):  # bounded look-ahead: at most workers + 1 spool files
+        for _ in range(workers + 1):  # bounded look-ahead: workers + 1 batches decoded ahead
             submit()
         while queue:
             batch, previous, future = queue.popleft()
@@ -555,20 +569,17 @@ def _load_in_order(
                 # `if __name__ == "__main__":` guard, under spawn) or died:
                 # decode this batch and the rest in this process
                 broken = True
-                spooled = spool_batch(spec, batch, _spool_dir())
+                spooled = spool_batch(spec, batch, spool_dir)
             submit()
             yield write_batch(wh, spec, batch, spooled, previous)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
-        for _, _, future in queue:  # a failure half way: remove what was decoded ahead
-            spooled = _decoded(future) if future is not None and future.done() else None
-            if spooled is not None and spooled.path:
-                Path(spooled.path).unlink(missing_ok=True)
+        shutil.rmtree(spool_dir, ignore_errors=True)
 
 
 def _decoded(future: Future[Spooled] | None) -> Spooled | None:
     """A worker's result; None when there is no worker or the pool broke."""
-    if future is None or future.cancelled():
+    if future is None:
         return None
     try:
         return future.result()
@@ -625,8 +636,8 @@ def load_source(
             report.already_loaded += 1
             continue
         todo.append((batch, previous))
-    with _duckdb_memory_limit(wh):
-        for result in _load_in_order(wh, spec, todo):
+    with _duckdb_memory_limit(wh), contextlib.closing(_load_in_order(wh, spec, todo)) as results:
+        for result in results:
             report.results.append(result)
             if progress:
                 progress(f"{spec.name} arrived={result.batch_id}: {result.status} {result.rows} rows")
@@ -653,7 +664,8 @@ def _duckdb_memory_limit(wh: Warehouse) -> Iterator[None]:
     try:
         yield
     finally:
-        wh.execute("reset memory_limit")
+        with contextlib.suppress(Exception):  # never hide the load's own error
+            wh.execute("reset memory_limit")
 
 
 def _marker_sha(batch: Batch) -> str:

@@ -7,7 +7,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from datetime import date
 from decimal import Decimal
 from pathlib import Path
@@ -233,6 +232,10 @@ def test_parallel_decoding_loads_what_inline_decoding_loads(
     manifest["files"][0]["rows"] += 1
     (folder / "_SUCCESS").write_text(json.dumps(manifest))
 
+    spool = landing.parent / "spool"
+    spool.mkdir()
+    monkeypatch.setenv("DAYCLOSE_SPOOL_DIR", str(spool))
+
     def load(workers: str) -> tuple[list[tuple], list[tuple], list[str]]:
         monkeypatch.setenv("DAYCLOSE_LOAD_WORKERS", workers)
         with Warehouse(engine) as wh:
@@ -253,7 +256,7 @@ def test_parallel_decoding_loads_what_inline_decoding_loads(
     assert order == sorted(order) and len(order) == len(ledger) > 24
     assert [row[1] for row in ledger if row[2] == "refused"] == ["2026-11-23T12"]
     assert len(raw) == sum(row[5] for row in ledger) > 2000
-    assert list(Path(tempfile.gettempdir()).glob("sales-2026-11-2*-*.csv")) == []
+    assert list(spool.iterdir()) == []  # no spool file or folder left behind
 
 
 def test_loader_falls_back_to_inline_decoding_when_workers_cannot_start(

@@ -183,3 +183,26 @@ def test_days_past_the_window_equal_the_ground_truth(engine: Target, landing: Pa
     for day in ("2026-11-20", "2026-11-21", "2026-11-22", "2026-11-23"):
         expected = {k: v for k, v in truth.items() if k[0] == day}
         assert expected and {k: v for k, v in published.items() if k[0] == day} == expected, day
+
+
+def test_a_run_older_than_the_published_one_publishes_nothing(engine: Target, landing: Path) -> None:
+    """A late rerun at an earlier as-of is built and gated, then refused at publication."""
+    steady_production(landing, [LINE], "2026-11-20", 6)
+    write_batch(
+        landing, "2026-11-24T04", backlog(1, 12, "2026-11-23", "2026-11-24T04:05:00Z"), source="units"
+    )
+    newer = run(engine, landing, "2026-11-25T00:30")
+    assert newer.ok, newer.lines()
+    published = good_units(engine)
+    versions = "select count(*) from {schema}_published.daily_good_units_versions"
+    published_versions = table(engine, versions)
+    older = run(engine, landing, "2026-11-24T00:30")  # before the replay: it would show fewer units
+    assert not older.ok and not older.published and older.status == "not published"
+    assert "later than this run's 2026-11-24 00:30:00" in older.message
+    assert any("FAILED: not published" in line for line in older.lines())
+    assert good_units(engine) == published
+    assert table(engine, versions) == published_versions
+    # nothing of the refused run stays on the write side to leak into the next publication
+    assert table(
+        engine, f"select count(*) from {{schema}}.daily_good_units_versions where run_id = '{older.run_id}'"
+    ) == [(0,)]
