@@ -196,7 +196,7 @@ def peak_memory_child(engine: str, landing: Path, workdir: Path) -> tuple[float,
         text=True,
         cwd=Path(__file__).resolve().parent.parent,
     )
-    _rows, own_mib, child_mib = out.stdout.split()
+    _rows, own_mib, child_mib = out.stdout.split()[-3:]
     return float(own_mib), float(child_mib)
 
 

@@ -32,6 +32,7 @@ class Warehouse:
             target.duckdb_path.parent.mkdir(parents=True, exist_ok=True)
             try:
                 self._conn = duckdb.connect(str(target.duckdb_path))
+                self._conn.execute("set enable_progress_bar = false")  # it would print into summaries
             except duckdb.IOException as exc:  # the file lock of another process
                 raise WarehouseBusy(
                     f"the DuckDB file {target.duckdb_path} is in use by another process "
