@@ -16,6 +16,7 @@
 }}
 
 {%- set rebuilt = dayclose.rebuilt_range('units') -%}
+{%- set reason = dayclose.run_var('restate_reason') or 'nightly window rebuild' -%}
 
 with
 
@@ -109,7 +110,7 @@ final as (
         {{ dayclose.as_of_at() }} as published_as_of,
         {{ dayclose.invocation_at() }} as recorded_at,
         cast('{{ dayclose.run_var("run_id") or invocation_id }}' as {{ dbt.type_string() }}) as run_id,
-        cast('{{ (dayclose.run_var("restate_reason") or "nightly window rebuild") | replace("'", "''") }}' as {{ dbt.type_string() }}) as reason
+        cast('{{ reason | replace("'", "''") }}' as {{ dbt.type_string() }}) as reason
 
     from changed
 
