@@ -507,11 +507,6 @@ def write_batch(
     return BatchResult(batch.batch_id, status, spooled.rows, spooled.errors, message)
 
 
-def load_batch(wh: Warehouse, spec: SourceSpec, batch: Batch, previous_sha: str | None) -> BatchResult:
-    """Verify and load one complete batch in one transaction; refuse it whole on mismatch."""
-    return write_batch(wh, spec, batch, spool_batch(spec, batch, _spool_dir()), previous_sha)
-
-
 def _spool_dir() -> str | None:
     return os.environ.get("DAYCLOSE_SPOOL_DIR")
 
@@ -532,30 +527,23 @@ def _load_in_order(
 ) -> Iterator[BatchResult]:
     """Load batches oldest first; decode ahead in worker processes when there are several."""
     workers = min(load_workers(), len(todo))
-    if workers <= 1:
-        for batch, previous in todo:
-            yield load_batch(wh, spec, batch, previous)
-        return
     # one spool folder per load, removed at the end whatever happened (a worker killed half
     # way through a file, a failed write, a cancelled run)
     spool_dir = tempfile.mkdtemp(prefix=f"dayclose-{spec.name}-", dir=_spool_dir())
     # spawn, not fork: the parent holds a warehouse connection (and DuckDB its threads)
-    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+    spawn = multiprocessing.get_context("spawn")
+    pool = ProcessPoolExecutor(workers, mp_context=spawn) if workers > 1 else None
     queue: deque[tuple[Batch, str | None, Future[Spooled] | None]] = deque()
     items = iter(todo)
-    broken = False
 
     def submit() -> None:
-        nonlocal broken
         item = next(items, None)
         if item is None:
             return
         future = None
-        if not broken:
-            try:
+        if pool is not None:
+            with contextlib.suppress(BrokenProcessPool):  # then decoded here, at its turn
                 future = pool.submit(spool_batch, spec, item[0], spool_dir)
-            except BrokenProcessPool:
-                broken = True
         queue.append((*item, future))
 
     try:
@@ -563,17 +551,14 @@ def _load_in_order(
             submit()
         while queue:
             batch, previous, future = queue.popleft()
-            spooled = _decoded(future)
-            if spooled is None:
-                # no pool, or a worker could not start (a script without an
-                # `if __name__ == "__main__":` guard, under spawn) or died:
-                # decode this batch and the rest in this process
-                broken = True
-                spooled = spool_batch(spec, batch, spool_dir)
+            # no worker, or it could not start (a script without an `if __name__ == "__main__":`
+            # guard, under spawn) or died: decode the batch in this process
+            spooled = _decoded(future) or spool_batch(spec, batch, spool_dir)
             submit()
             yield write_batch(wh, spec, batch, spooled, previous)
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
         shutil.rmtree(spool_dir, ignore_errors=True)
 
 
