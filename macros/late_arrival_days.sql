@@ -11,23 +11,36 @@
 #}
 {% macro late_arrival_days(source_name, published, date_column, count_expression) %}
 {%- set scan_from = dayclose.as_of_day_offset(-var('late_arrival_scan_days')) -%}
+{%- set window_days = dayclose.window_days(source_name) -%}
+{%- set summaries = ref('int_batches_summarized') -%}
+{%- set arrivals = ref('int_arrivals_unioned') -%}
 {%- set too_late -%}
     received_at >= {{ dayclose.timestamp_literal(scan_from ~ ' 00:00:00') }}
-    and received_at >= {{ dbt.dateadd('day', dayclose.window_days(source_name), 'event_date') }}
+    and received_at >= {{ dbt.dateadd('day', window_days, 'event_date') }}
 {%- endset -%}
 {#-
-    The oldest day with a too-late arrival, read before the model runs, so that the scan of
-    those days' arrivals starts at a literal: engines prune by it (zone maps, an index),
-    and the nightly cost follows the window, not the history.
+    Read before the model runs, from the batch summaries: the batches that can hold a
+    too-late arrival (one arrived `window_days` or more after the first event day it
+    holds), then the event days of the too-late arrivals they hold. Only those days'
+    arrivals are read, so the nightly cost follows the window, not the history.
 -#}
-{%- set first_candidate = scan_from -%}
-{%- if execute and load_relation(ref('int_arrivals_unioned')) is not none -%}
-    {%- set found = run_query(
-        "select min(event_date) from " ~ ref('int_arrivals_unioned')
-        ~ " where source_name = '" ~ source_name ~ "' and " ~ too_late
-    ) -%}
-    {%- if found.columns[0].values()[0] is not none -%}
-        {%- set first_candidate = found.columns[0].values()[0] | string -%}
+{%- set late_days_found = [] -%}
+{%- if execute -%}
+    {%- set candidates = run_query(
+        "select batch_id from " ~ summaries
+        ~ " where source_name = '" ~ source_name ~ "'"
+        ~ " and batch_completed_at <= " ~ dayclose.as_of_at()
+        ~ " and last_received_at >= " ~ dayclose.timestamp_literal(scan_from ~ ' 00:00:00')
+        ~ " and last_received_at >= " ~ dbt.dateadd('day', window_days, 'first_event_date')
+    ).columns[0].values() -%}
+    {%- if candidates | length > 0 -%}
+        {%- set found = run_query(
+            "select distinct cast(event_date as " ~ dbt.type_string() ~ ") from " ~ arrivals
+            ~ " where " ~ dayclose.in_batches({source_name: candidates | list}) ~ " and " ~ too_late
+        ) -%}
+        {%- for row in found -%}
+            {%- do late_days_found.append(row[0][:10]) -%}
+        {%- endfor -%}
     {%- endif -%}
 {%- endif -%}
 
@@ -39,46 +52,10 @@ published_days as (
 
 ),
 
-recent_arrivals as (
-
-    -- each CTE reads the arrivals with its own literal filters: a CTE used twice would be
-    -- materialized whole (DuckDB, Postgres) before any filter could prune it
-    select
-        source_name,
-        event_date
-    from {{ ref('int_arrivals_unioned') }}
-    where source_name = '{{ source_name }}' and {{ too_late }}
-
-),
-
-candidate_days as (
-
-    select distinct
-        source_name,
-        event_date
-
-    from recent_arrivals
-
-),
-
 candidate_events as (
 
-    -- every arrival of the candidate days, to find each event's first arrival
-    select
-        arrivals.source_name,
-        arrivals.event_key,
-        arrivals.event_date,
-        min(arrivals.received_at) as first_received_at
-
-    from {{ ref('int_arrivals_unioned') }} as arrivals
-    inner join candidate_days
-        on
-            arrivals.source_name = candidate_days.source_name
-            and arrivals.event_date = candidate_days.event_date
-    where
-        arrivals.source_name = '{{ source_name }}'
-        and arrivals.event_at >= {{ dayclose.timestamp_literal(first_candidate[:10] ~ ' 00:00:00') }}
-    group by arrivals.source_name, arrivals.event_key, arrivals.event_date
+    -- every event of the days with too-late arrivals, once, at its first arrival
+    {{ dayclose.first_arrivals_of_days({source_name: late_days_found | sort}) }}
 
 ),
 
@@ -90,12 +67,12 @@ late_days as (
         count(*) as events_in_day,
         sum(
             case
-                when first_received_at >= {{ dbt.dateadd('day', dayclose.window_days(source_name), 'event_date') }}
+                when received_at >= {{ dbt.dateadd('day', window_days, 'event_date') }}
                     then 1
                 else 0
             end
         ) as events_too_late,
-        max(first_received_at) as last_received_at
+        max(received_at) as last_received_at
 
     from candidate_events
     group by source_name, event_date
@@ -109,8 +86,8 @@ published as (
         sum({{ count_expression }}) as events_published
 
     from published_days
-    inner join candidate_days
-        on published_days.{{ date_column }} = candidate_days.event_date
+    inner join late_days
+        on published_days.{{ date_column }} = late_days.event_date
     group by published_days.{{ date_column }}
 
 ),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import calendar
+import hashlib
 import json
 import time
 from datetime import datetime
@@ -118,3 +119,39 @@ def good_units(target: Target) -> dict[tuple[str, str], int]:
             f"select production_date, sku, good_units from {target.schema}_published.daily_good_units"
         )
     return {(str(d), s): int(n) for d, s, n in rows}
+
+
+def valid_sales_first_arrivals(landing: Path) -> dict[str, tuple[datetime, datetime]]:
+    """Each valid sale's (sold_at, first received_at), read straight from the landing files.
+
+    Valid as the models define it: decodable, a known shop, 0 <= amount <= max_sale_amount,
+    sold_at not after received_at. An independent reading to check the models against.
+    """
+    from flows.landing import SALES, decode_line
+
+    shops_csv = Path(__file__).resolve().parent.parent / "seeds" / "shops.csv"
+    shops = {line.split(",")[0] for line in shops_csv.read_text().splitlines()[1:]}
+    first: dict[str, tuple[datetime, datetime]] = {}
+    for part in sorted((landing / "sales").glob("*/part-*.jsonl")):
+        for line in part.read_text().splitlines():
+            values, error = decode_line(SALES, line)
+            if error or values[1] not in shops or not 0 <= Decimal(values[4]) <= 100_000:
+                continue
+            sold, received = datetime.fromisoformat(values[2]), datetime.fromisoformat(values[3])
+            if sold > received:
+                continue
+            if values[0] not in first or received < first[values[0]][1]:
+                first[values[0]] = (sold, received)
+    return first
+
+
+def add_part(landing: Path, hour: str, lines: list[str], source: str = "sales") -> None:
+    """One more part file in an existing sealed batch, with its manifest updated to match."""
+    folder = landing / source / f"arrived={hour}"
+    blob = "".join(line + "\n" for line in lines).encode()
+    (folder / "part-9999.jsonl").write_bytes(blob)
+    manifest = json.loads((folder / "_SUCCESS").read_text())
+    manifest["files"].append(
+        {"name": "part-9999.jsonl", "rows": len(lines), "sha256": hashlib.sha256(blob).hexdigest()}
+    )
+    (folder / "_SUCCESS").write_text(json.dumps(manifest, indent=1) + "\n")

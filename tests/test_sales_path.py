@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
 import sys
-from datetime import date
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
@@ -18,7 +19,16 @@ from flows.jobs import run_nightly
 from flows.landing import SALES, ensure_landing, load_source
 from flows.settings import Target
 from flows.warehouse import Warehouse
-from tests.helpers import daily_sales, day_total, sale, table, ts, write_batch
+from tests.helpers import (
+    add_part,
+    daily_sales,
+    day_total,
+    sale,
+    table,
+    ts,
+    valid_sales_first_arrivals,
+    write_batch,
+)
 
 MONDAY = "2026-11-23"
 
@@ -281,3 +291,78 @@ def test_loader_falls_back_to_inline_decoding_when_workers_cannot_start(
     _, rows, count = done.stdout.split()
     assert int(rows) == int(count) > 400
     assert "WarehouseBusy" in done.stderr  # the workers did die: the fallback was exercised
+
+
+def test_lateness_is_measured_once_per_settled_day_and_recommends_the_window(
+    engine: Target, landing: Path
+) -> None:
+    """Point 5: percentiles and curve measured from the data, the window they recommend, the
+    warning for a too-short window, and a too-late sale naming the day to restate."""
+    generate_sales(landing, date(2026, 11, 1), 12, shops=140, events_per_day=3_000, seed=21)
+    first = run(engine, landing, "2026-11-12T00:30")  # settled: Nov 1 .. Nov 4, all counted now
+    assert first.ok, first.lines()
+    # a sale of Nov 2 reaches the warehouse on Nov 12: after the day's last rebuild (Nov 6), and
+    # after the horizon lateness is measured to (the end of the day + 7 days)
+    add_part(
+        landing,
+        "2026-11-12T10",
+        [sale("too-late-1", "S-007", "2026-11-02T15:00:00Z", "2026-11-12T10:05:00Z", "99.00")],
+    )
+    second = run(engine, landing, "2026-11-13T00:30")  # Nov 5 settles: counted alone, added
+    assert second.ok, second.lines()
+
+    # the models' counts equal an independent reading of the landing files, day by day:
+    # first arrivals within lateness_settle_days (7) of the end of their day
+    expected: dict[tuple[str, int], int] = {}
+    for sold, received in valid_sales_first_arrivals(landing).values():
+        day_end = datetime.combine(sold.date() + timedelta(days=1), datetime.min.time())
+        if date(2026, 11, 1) <= sold.date() <= date(2026, 11, 5) and received < day_end + timedelta(days=7):
+            key = (str(sold.date()), math.ceil((received - sold).total_seconds() / 60))
+            expected[key] = expected.get(key, 0) + 1
+    counted = table(
+        engine, "select event_date, delay_minutes, events from {schema}.int_arrival_delays_counted"
+    )
+    assert {(str(d), int(m)): int(n) for d, m, n in counted} == expected
+
+    # percentiles: the shortest whole-minute delay within which the share arrived
+    delays = sorted(m for (_, m), n in expected.items() for _ in range(n))
+    lateness = table(
+        engine,
+        "select events_measured, delay_p50_hours, delay_p99_hours, delay_p999_hours, delay_max_hours, "
+        "configured_window_days, recommended_window_days, is_window_sufficient "
+        "from {schema}.arrival_lateness where source_name = 'sales'",
+    )
+    measured, p50, p99, p999, longest, configured, recommended, sufficient = lateness[0]
+    assert int(measured) == len(delays)
+    for value, share in ((p50, "0.5"), (p99, "0.99"), (p999, "0.999")):
+        assert float(value) == pytest.approx(delays[math.ceil(Decimal(share) * len(delays)) - 1] / 60)
+    assert float(longest) == pytest.approx(delays[-1] / 60)
+    # the incident's evidence: 99.2% by +1 day, 99.9% only after +2 days: a 4-day window
+    assert (configured, recommended, bool(sufficient)) == (4, 4, True)
+    curve = dict(
+        table(
+            engine,
+            "select age_hours, share_arrived from {schema}.arrival_lateness_curve "
+            "where source_name = 'sales'",
+        )
+    )
+    assert float(curve[0]) == pytest.approx(0.966, abs=0.01)
+    assert float(curve[24]) == pytest.approx(0.992, abs=0.004)
+    assert float(curve[72]) == 1.0
+
+    # the sale that came too late names its day, and the day's published total lacks it
+    assert second.restate_days == [date(2026, 11, 2)]
+    late = table(
+        engine,
+        "select event_date, events_too_late, source_events - published_events "
+        "from {schema}.sales_late_arrivals",
+    )
+    assert [(str(d), int(n), int(gap)) for d, n, gap in late] == [("2026-11-02", 1, 1)]
+
+    # a window shorter than measured lateness warns, and still publishes
+    short = run_nightly("sales", engine, landing, ts("2026-11-13T00:30"), window_days=2, quiet=True)
+    assert short.ok, short.lines()
+    assert "is_window_sufficient" in " ".join(short.gate_failures)
+    assert table(
+        engine, "select configured_window_days, is_window_sufficient from {schema}.arrival_lateness"
+    ) == [(2, False)]

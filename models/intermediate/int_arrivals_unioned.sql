@@ -1,6 +1,6 @@
 {#
-    Every valid event of every landing source with its event time and its arrival
-    time: the input of the one lateness model. A new source adds one select here.
+    Every valid event of every landing source with its batch, its event time and its
+    arrival time: the input of the lateness models. A new source adds one select here.
 #}
 {{ config(tags=['sales', 'units', 'lateness']) }}
 
@@ -10,6 +10,7 @@ sales as (
 
     select
         'sales' as source_name,
+        batch_id,
         event_id as event_key,
         sold_at as event_at,
         received_at,
@@ -24,6 +25,7 @@ units as (
 
     select
         'units' as source_name,
+        batch_id,
         {{ dbt.concat(["line_id", "'/'", dbt.cast("plc_seq", dbt.type_string())]) }} as event_key,
         event_at,
         received_at,

@@ -10,12 +10,16 @@
 {{ config(tags=['sales', 'units', 'lateness']) }}
 
 {%- set target = var('lateness_coverage_target') -%}
+{%- set measured = dayclose.measured_days_range() -%}
 
 with
 
 delays as (
 
-    select * from {{ ref('int_arrival_delays_measured') }}
+    select * from {{ ref('int_arrival_delays_counted') }}
+    where
+        event_date >= cast('{{ measured[0] }}' as date)
+        and event_date < cast('{{ measured[1] }}' as date)
 
 ),
 
@@ -25,20 +29,45 @@ curve as (
 
 ),
 
-percentiles as (
+histogram as (
 
     select
         source_name,
-        count(*) as events_measured,
-        min(measured_from_date) as measured_from_date,
-        min(measured_to_date) as measured_to_date,
-        percentile_cont(0.5) within group (order by delay_hours) as delay_p50_hours,
-        percentile_cont(0.9) within group (order by delay_hours) as delay_p90_hours,
-        percentile_cont(0.99) within group (order by delay_hours) as delay_p99_hours,
-        percentile_cont(0.999) within group (order by delay_hours) as delay_p999_hours,
-        max(delay_hours) as delay_max_hours
+        delay_minutes,
+        sum(events) as events
 
     from delays
+    group by source_name, delay_minutes
+
+),
+
+cumulative as (
+
+    select
+        source_name,
+        delay_minutes,
+        sum(events) over (
+            partition by source_name order by delay_minutes rows between unbounded preceding and current row
+        ) as events_within,
+        sum(events) over (partition by source_name) as events_measured
+
+    from histogram
+
+),
+
+percentiles as (
+
+    -- the shortest delay within which the share p of events arrived (percentile_disc)
+    select
+        source_name,
+        cast(max(events_measured) as bigint) as events_measured,
+        {%- for name, p in [('p50', 0.5), ('p90', 0.9), ('p99', 0.99), ('p999', 0.999)] %}
+        min(case when events_within >= {{ p }} * events_measured then delay_minutes end) / 60.0
+            as delay_{{ name }}_hours,
+        {%- endfor %}
+        max(delay_minutes) / 60.0 as delay_max_hours
+
+    from cumulative
     group by source_name
 
 ),
@@ -82,8 +111,8 @@ final as (
 
     select
         percentiles.source_name,
-        percentiles.measured_from_date,
-        percentiles.measured_to_date,
+        cast('{{ measured[0] }}' as date) as measured_from_date,
+        cast('{{ measured[1] }}' as date) as measured_to_date,
         percentiles.events_measured,
         percentiles.delay_p50_hours,
         percentiles.delay_p90_hours,

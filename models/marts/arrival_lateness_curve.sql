@@ -1,16 +1,21 @@
 {#
     The cumulative share of a day's events that had arrived by each age of the
-    day (hours after the day ended), per source, measured on settled days.
+    day (hours after the day ended), per source, over the measured days: the
+    sum of their counts in int_arrival_ages_counted.
 #}
 {{ config(tags=['sales', 'units', 'lateness']) }}
 
 {%- set max_age_hours = 24 * 14 -%}
+{%- set measured = dayclose.measured_days_range() -%}
 
 with
 
-delays as (
+age_counts as (
 
-    select * from {{ ref('int_arrival_delays_measured') }}
+    select * from {{ ref('int_arrival_ages_counted') }}
+    where
+        event_date >= cast('{{ measured[0] }}' as date)
+        and event_date < cast('{{ measured[1] }}' as date)
 
 ),
 
@@ -20,29 +25,25 @@ hours as (
 
 ),
 
-age_buckets as (
-
-    select
-        source_name,
-        case
-            when age_at_arrival_hours < 0 then -1
-            when age_at_arrival_hours >= {{ max_age_hours }} then {{ max_age_hours }}
-            else cast(floor(age_at_arrival_hours) as integer)
-        end as age_bucket
-
-    from delays
-
-),
-
 histogram as (
 
     select
         source_name,
-        age_bucket,
-        count(*) as events
+        case
+            when age_hours < 0 then -1
+            when age_hours >= {{ max_age_hours }} then {{ max_age_hours }}
+            else age_hours
+        end as age_bucket,
+        sum(events) as events
 
-    from age_buckets
-    group by source_name, age_bucket
+    from age_counts
+    group by
+        source_name,
+        case
+            when age_hours < 0 then -1
+            when age_hours >= {{ max_age_hours }} then {{ max_age_hours }}
+            else age_hours
+        end
 
 ),
 
@@ -50,11 +51,9 @@ totals as (
 
     select
         source_name,
-        count(*) as events_measured,
-        min(measured_from_date) as measured_from_date,
-        min(measured_to_date) as measured_to_date
+        sum(events) as events_measured
 
-    from delays
+    from histogram
     group by source_name
 
 ),
@@ -62,16 +61,14 @@ totals as (
 cumulative as (
 
     select
-        totals.source_name,
+        histogram.source_name,
         hours.n as age_hours,
         sum(case when histogram.age_bucket < hours.n then histogram.events else 0 end)
             as events_arrived
 
-    from totals
+    from histogram
     cross join hours
-    inner join histogram
-        on totals.source_name = histogram.source_name
-    group by totals.source_name, hours.n
+    group by histogram.source_name, hours.n
 
 ),
 
@@ -80,12 +77,12 @@ final as (
     select
         cumulative.source_name,
         cumulative.age_hours,
-        cumulative.events_arrived,
-        totals.events_measured,
+        cast(cumulative.events_arrived as bigint) as events_arrived,
+        cast(totals.events_measured as bigint) as events_measured,
         cast(cumulative.events_arrived as {{ dbt.type_numeric() }})
         / totals.events_measured as share_arrived,
-        totals.measured_from_date,
-        totals.measured_to_date
+        cast('{{ measured[0] }}' as date) as measured_from_date,
+        cast('{{ measured[1] }}' as date) as measured_to_date
 
     from cumulative
     inner join totals

@@ -1,0 +1,168 @@
+{#
+    Read once. The nightly cost must follow the window, not the history, so what
+    never changes is read once and kept: a settled day's lateness counts, a
+    loaded batch's summary. These macros pick what is still to read and read it
+    with literal bounds that every engine prunes by.
+
+    Lateness is measured day by day, once per day: a settled event day (at least
+    lateness_settle_days old) is counted the first night it is settled, into the
+    incremental models int_arrival_delays_counted and int_arrival_ages_counted,
+    and never read again. The lateness marts add up the counts of the measured
+    days, so the nightly cost of measuring lateness is one day of events, whatever
+    the history.
+
+    Only arrivals within lateness_settle_days of the end of the event's day are
+    counted: a day's counts are then the same whenever they are made (a rerun, a
+    full refresh months later), and every measured day is measured to the same
+    horizon. An event later than that is not in the curve; it is in
+    <source>_late_arrivals when it came after its day's last nightly rebuild.
+#}
+
+
+{# [from, to) 'YYYY-MM-DD' of the event days lateness is measured on at this run's as-of. #}
+{% macro measured_days_range() -%}
+    {%- set settle = var('lateness_settle_days') -%}
+    {{- return([
+        dayclose.as_of_day_offset(-(settle + var('lateness_measure_days'))),
+        dayclose.as_of_day_offset(-settle),
+    ]) -}}
+{%- endmacro %}
+
+
+{# The days from `first_day` up to, not including, `end_day` ('YYYY-MM-DD'), as a list of text. #}
+{% macro days_between(first_day, end_day) -%}
+    {%- set first = modules.datetime.date.fromisoformat(first_day) -%}
+    {%- set days = [] -%}
+    {%- for n in range((modules.datetime.date.fromisoformat(end_day) - first).days) -%}
+        {%- do days.append((first + modules.datetime.timedelta(days=n)).isoformat()) -%}
+    {%- endfor -%}
+    {{- return(days) -}}
+{%- endmacro %}
+
+
+{#
+    The measured days each source still has to count into the incremental model
+    being built: every measured day on a first build or a full refresh; else the
+    measured days `this` has no rows of for the source (normally the one day that
+    settled since the last run). {source_name: ['YYYY-MM-DD', ...]}.
+#}
+{% macro settled_days_to_count() -%}
+    {%- set measured = dayclose.measured_days_range() -%}
+    {%- set all_days = dayclose.days_between(measured[0], measured[1]) -%}
+    {%- set to_count = {} -%}
+    {%- set counted = {} -%}
+    {%- if execute and is_incremental() -%}
+        {%- set rows = run_query(
+            "select distinct source_name, cast(event_date as " ~ dbt.type_string() ~ ") from " ~ this
+            ~ " where event_date >= cast('" ~ measured[0] ~ "' as date)"
+            ~ " and event_date < cast('" ~ measured[1] ~ "' as date)"
+        ) -%}
+        {%- for row in rows -%}
+            {%- do counted.setdefault(row[0], []).append(row[1][:10]) -%}
+        {%- endfor -%}
+    {%- endif -%}
+    {%- for source_name in dayclose.landing_sources() -%}
+        {%- do to_count.update({source_name: all_days | reject('in', counted.get(source_name, [])) | list}) -%}
+    {%- endfor -%}
+    {{- return(to_count) -}}
+{%- endmacro %}
+
+
+{#
+    Each event of the given days once, at its first arrival: a select of
+    (source_name, event_key, event_date, event_at, received_at) over
+    int_arrivals_unioned. `days_by_source` is {source_name: ['YYYY-MM-DD', ...]};
+    with `within_settle_days`, only arrivals within lateness_settle_days of the end
+    of the event's day count.
+
+    One select per source and day, each bounded by literals on event time: every
+    engine prunes by them (an index, zone maps), so the cost follows the days
+    read, not the history.
+#}
+{% macro first_arrivals_of_days(days_by_source, within_settle_days=false) -%}
+    {%- set selects = [] -%}
+    {%- for source_name, days in days_by_source.items() -%}
+        {%- for day in days -%}
+            {%- set next_day = (modules.datetime.date.fromisoformat(day) + modules.datetime.timedelta(days=1)).isoformat() -%}
+            {%- set horizon = (
+                modules.datetime.date.fromisoformat(next_day)
+                + modules.datetime.timedelta(days=var('lateness_settle_days'))
+            ).isoformat() -%}
+            {%- set one_day -%}
+    select
+        source_name,
+        event_key,
+        event_date,
+        min(event_at) as event_at,
+        min(received_at) as received_at
+    from {{ ref('int_arrivals_unioned') }}
+    where
+        source_name = '{{ source_name }}'
+        and event_at >= {{ dayclose.timestamp_literal(day ~ ' 00:00:00') }}
+        and event_at < {{ dayclose.timestamp_literal(next_day ~ ' 00:00:00') }}
+        {%- if within_settle_days %}
+        and received_at < {{ dayclose.timestamp_literal(horizon ~ ' 00:00:00') }}
+        {%- endif %}
+    group by source_name, event_key, event_date
+            {%- endset -%}
+            {%- do selects.append(one_day) -%}
+        {%- endfor -%}
+    {%- endfor -%}
+    {%- if selects -%}
+        {{ selects | join('\n    union all\n') }}
+    {%- else -%}
+    select
+        source_name,
+        event_key,
+        event_date,
+        event_at,
+        received_at
+    from {{ ref('int_arrivals_unioned') }}
+    where 1 = 0
+    {%- endif -%}
+{%- endmacro %}
+
+
+{#
+    The loaded batches each source still has to summarize into the incremental
+    model being built (int_batches_summarized): those seen at this run's as-of
+    whose loaded version (manifest) `this` has no summary of.
+    {source_name: ['YYYY-MM-DDTHH', ...]}; empty while parsing and on a first
+    build (which summarizes every batch without a list).
+#}
+{% macro batches_to_summarize() -%}
+    {%- set loads = ref('stg_landing__batch_loads') -%}
+    {%- set to_summarize = {} -%}
+    {%- if execute and is_incremental() -%}
+        {%- set rows = run_query(
+            "select source_name, batch_id from " ~ loads ~ " as loads"
+            ~ " where is_loaded and batch_completed_at <= " ~ dayclose.as_of_at()
+            ~ " and not exists (select 1 from " ~ this ~ " as summaries"
+            ~ " where summaries.source_name = loads.source_name"
+            ~ " and summaries.batch_id = loads.batch_id"
+            ~ " and summaries.manifest_sha256 = loads.manifest_sha256)"
+        ) -%}
+        {%- for row in rows -%}
+            {%- do to_summarize.setdefault(row[0], []).append(row[1]) -%}
+        {%- endfor -%}
+    {%- endif -%}
+    {{- return(to_summarize) -}}
+{%- endmacro %}
+
+
+{#
+    SQL condition: the row's (source_name, batch_id) is one of `batches_by_source`
+    ({source_name: [batch_id, ...]}); false when there are none. The range on
+    batch_id lets engines skip by zone maps or an index before the list is checked.
+#}
+{% macro in_batches(batches_by_source) -%}
+    {%- set terms = [] -%}
+    {%- for source_name, batch_ids in batches_by_source.items() if batch_ids -%}
+        {%- set ids = batch_ids | sort -%}
+        {%- do terms.append(
+            "(source_name = '" ~ source_name ~ "' and batch_id >= '" ~ ids[0] ~ "' and batch_id <= '"
+            ~ ids[-1] ~ "' and batch_id in ('" ~ ids | join("', '") ~ "'))"
+        ) -%}
+    {%- endfor -%}
+    {{- '(' ~ terms | join(' or ') ~ ')' if terms else '1 = 0' -}}
+{%- endmacro %}
