@@ -25,7 +25,7 @@
     arrivals are read, so the nightly cost follows the window, not the history.
 -#}
 {%- set late_days_found = [] -%}
-{%- if execute -%}
+{%- if execute and load_relation(summaries) is not none -%}
     {%- set candidates = run_query(
         "select batch_id from " ~ summaries
         ~ " where source_name = '" ~ source_name ~ "'"

@@ -59,9 +59,15 @@
 {%- endmacro %}
 
 
+{# Whole seconds from `start_at` to `end_at`, negative when end_at is earlier. #}
+{% macro seconds_between(start_at, end_at) -%}
+    ({{ dbt.datediff(start_at, end_at, 'second') | trim }})
+{%- endmacro %}
+
+
 {# Hours from `start_at` to `end_at`, fractional, negative when end_at is earlier. #}
 {% macro hours_between(start_at, end_at) -%}
-    ({{ dbt.datediff(start_at, end_at, 'second') }} / 3600.0)
+    ({{ dayclose.seconds_between(start_at, end_at) }} / 3600.0)
 {%- endmacro %}
 
 

@@ -28,7 +28,7 @@ delays as (
         source_name,
         event_date,
         -- rounded up: "arrived within N minutes" stays true
-        cast(ceil({{ dbt.datediff('event_at', 'received_at', 'second') }} / 60.0) as integer) as delay_minutes
+        cast(ceil({{ dayclose.seconds_between('event_at', 'received_at') }} / 60.0) as integer) as delay_minutes
 
     from first_arrivals
 

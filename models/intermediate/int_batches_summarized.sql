@@ -14,7 +14,8 @@
     )
 }}
 
-{%- set to_summarize = dayclose.batches_to_summarize() -%}
+{#- a first build summarizes every batch; later runs the batches not summarized yet -#}
+{%- set is_new_batch = dayclose.in_batches(dayclose.batches_to_summarize()) if is_incremental() else '1 = 1' -%}
 
 with
 
@@ -24,18 +25,14 @@ batch_loads as (
     where
         is_loaded
         and batch_completed_at <= {{ dayclose.as_of_at() }}
-        {%- if is_incremental() %}
-        and {{ dayclose.in_batches(to_summarize) }}
-        {%- endif %}
+        and {{ is_new_batch }}
 
 ),
 
 arrivals as (
 
     select * from {{ ref('int_arrivals_unioned') }}
-    {%- if is_incremental() %}
-    where {{ dayclose.in_batches(to_summarize) }}
-    {%- endif %}
+    where {{ is_new_batch }}
 
 ),
 

@@ -61,10 +61,10 @@ percentiles as (
     select
         source_name,
         cast(max(events_measured) as bigint) as events_measured,
-        {%- for name, p in [('p50', 0.5), ('p90', 0.9), ('p99', 0.99), ('p999', 0.999)] %}
-        min(case when events_within >= {{ p }} * events_measured then delay_minutes end) / 60.0
-            as delay_{{ name }}_hours,
-        {%- endfor %}
+        min(case when events_within >= 0.5 * events_measured then delay_minutes end) / 60.0 as delay_p50_hours,
+        min(case when events_within >= 0.9 * events_measured then delay_minutes end) / 60.0 as delay_p90_hours,
+        min(case when events_within >= 0.99 * events_measured then delay_minutes end) / 60.0 as delay_p99_hours,
+        min(case when events_within >= 0.999 * events_measured then delay_minutes end) / 60.0 as delay_p999_hours,
         max(delay_minutes) / 60.0 as delay_max_hours
 
     from cumulative
