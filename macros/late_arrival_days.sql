@@ -13,7 +13,6 @@
 {%- set scan_from = dayclose.as_of_day_offset(-var('late_arrival_scan_days')) -%}
 {%- set window_days = dayclose.window_days(source_name) -%}
 {%- set summaries = ref('int_batches_summarized') -%}
-{%- set arrivals = ref('int_arrivals_unioned') -%}
 {%- set too_late -%}
     received_at >= {{ dayclose.timestamp_literal(scan_from ~ ' 00:00:00') }}
     and received_at >= {{ dbt.dateadd('day', window_days, 'event_date') }}
@@ -35,7 +34,8 @@
     ).columns[0].values() -%}
     {%- if candidates | length > 0 -%}
         {%- set found = run_query(
-            "select distinct cast(event_date as " ~ dbt.type_string() ~ ") from " ~ arrivals
+            "select distinct cast(event_date as " ~ dbt.type_string() ~ ") from ("
+            ~ dayclose.source_arrivals(source_name) ~ ") as arrivals"
             ~ " where " ~ dayclose.in_batches({source_name: candidates | list}) ~ " and " ~ too_late
         ) -%}
         {%- for row in found -%}

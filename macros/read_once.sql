@@ -70,8 +70,8 @@
 
 {#
     Each event of the given days once, at its first arrival: a select of
-    (source_name, event_key, event_date, event_at, received_at) over
-    int_arrivals_unioned. `days_by_source` is {source_name: ['YYYY-MM-DD', ...]};
+    (source_name, event_key, event_date, event_at, received_at) over the sources'
+    arrivals (source_arrivals). `days_by_source` is {source_name: ['YYYY-MM-DD', ...]};
     with `within_settle_days`, only arrivals within lateness_settle_days of the end
     of the event's day count.
 
@@ -95,10 +95,9 @@
         event_date,
         min(event_at) as event_at,
         min(received_at) as received_at
-    from {{ ref('int_arrivals_unioned') }}
+    from ({{ dayclose.source_arrivals(source_name) }}) as arrivals
     where
-        source_name = '{{ source_name }}'
-        and event_at >= {{ dayclose.timestamp_literal(day ~ ' 00:00:00') }}
+        event_at >= {{ dayclose.timestamp_literal(day ~ ' 00:00:00') }}
         and event_at < {{ dayclose.timestamp_literal(next_day ~ ' 00:00:00') }}
         {%- if within_settle_days %}
         and received_at < {{ dayclose.timestamp_literal(horizon ~ ' 00:00:00') }}
@@ -117,8 +116,7 @@
         event_date,
         event_at,
         received_at
-    from {{ ref('int_arrivals_unioned') }}
-    where 1 = 0
+    from ({{ dayclose.no_arrivals() }}) as arrivals
     {%- endif -%}
 {%- endmacro %}
 

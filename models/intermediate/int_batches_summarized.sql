@@ -15,7 +15,8 @@
 }}
 
 {#- a first build summarizes every batch; later runs the batches not summarized yet -#}
-{%- set is_new_batch = dayclose.in_batches(dayclose.batches_to_summarize()) if is_incremental() else '1 = 1' -%}
+{%- set to_summarize = dayclose.batches_to_summarize() -%}
+{%- set is_new_batch = dayclose.in_batches(to_summarize) if is_incremental() else '1 = 1' -%}
 
 with
 
@@ -31,8 +32,16 @@ batch_loads as (
 
 arrivals as (
 
-    select * from {{ ref('int_arrivals_unioned') }}
-    where {{ is_new_batch }}
+    {%- set sources = dayclose.landing_sources() if not is_incremental() else to_summarize.keys() | list %}
+    {%- for source_name in sources %}
+    {{ 'union all' if not loop.first }}
+    select * from ({{ dayclose.source_arrivals(source_name) }}) as {{ source_name }}_arrivals
+    {%- if is_incremental() %}
+    where {{ dayclose.in_batches({source_name: to_summarize[source_name]}) }}
+    {%- endif %}
+    {%- else %}
+    {{ dayclose.no_arrivals() }}
+    {%- endfor %}
 
 ),
 
