@@ -42,15 +42,29 @@
 
 {#
     The measured days each source still has to count into the incremental model
-    being built: every measured day on a first build or a full refresh; else the
-    measured days `this` has no rows of for the source (normally the one day that
-    settled since the last run). {source_name: ['YYYY-MM-DD', ...]}.
+    being built: the measured days `this` has no rows of for the source (all of
+    them on a first build or a full refresh; normally the one day that settled
+    since the last run), among those whose horizon the source's loaded batches
+    reach (a sales run does not count a units day before the units job has loaded
+    it). {source_name: ['YYYY-MM-DD', ...]}.
 #}
 {% macro settled_days_to_count() -%}
     {%- set measured = dayclose.measured_days_range() -%}
     {%- set all_days = dayclose.days_between(measured[0], measured[1]) -%}
+    {%- set loads = ref('stg_landing__batch_loads') -%}
     {%- set to_count = {} -%}
     {%- set counted = {} -%}
+    {%- set loaded_through = {} -%}
+    {%- if execute -%}
+        {#- a day is counted only once its source has loaded batches up to its horizon: a job
+            that runs before another source's job must not count that source's day short -#}
+        {%- for row in run_query(
+            "select source_name, cast(max(batch_completed_at) as " ~ dbt.type_string() ~ ") from " ~ loads
+            ~ " where is_loaded and batch_completed_at <= " ~ dayclose.as_of_at() ~ " group by source_name"
+        ) -%}
+            {%- do loaded_through.update({row[0]: row[1][:10]}) -%}
+        {%- endfor -%}
+    {%- endif -%}
     {%- if execute and is_incremental() -%}
         {%- set rows = run_query(
             "select distinct source_name, cast(event_date as " ~ dbt.type_string() ~ ") from " ~ this
@@ -62,7 +76,19 @@
         {%- endfor -%}
     {%- endif -%}
     {%- for source_name in dayclose.landing_sources() -%}
-        {%- do to_count.update({source_name: all_days | reject('in', counted.get(source_name, [])) | list}) -%}
+        {%- set through = loaded_through.get(source_name, '') -%}
+        {%- set days = [] -%}
+        {%- for day in all_days if day not in counted.get(source_name, []) -%}
+            {#- the horizon of day D is D + 1 + lateness_settle_days, 00:00 -#}
+            {%- set horizon = (
+                modules.datetime.date.fromisoformat(day)
+                + modules.datetime.timedelta(days=1 + var('lateness_settle_days'))
+            ).isoformat() -%}
+            {%- if not execute or (through and horizon <= through) -%}
+                {%- do days.append(day) -%}
+            {%- endif -%}
+        {%- endfor -%}
+        {%- do to_count.update({source_name: days}) -%}
     {%- endfor -%}
     {{- return(to_count) -}}
 {%- endmacro %}
