@@ -5,9 +5,9 @@
     with literal bounds that every engine prunes by.
 
     Lateness is measured day by day, once per day: a settled event day (at least
-    lateness_settle_days old) is counted the first night it is settled, into the
-    incremental models int_arrival_delays_counted and int_arrival_ages_counted,
-    and never read again. The lateness marts add up the counts of the measured
+    lateness_settle_days old) is counted the first night it is settled and its
+    source has loaded batches up to its horizon, into the incremental models
+    int_arrival_delays_counted and int_arrival_ages_counted, and not read again. The lateness marts add up the counts of the measured
     days, so the nightly cost of measuring lateness is one day of events, whatever
     the history.
 
