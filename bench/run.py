@@ -31,11 +31,12 @@ from pathlib import Path
 
 import psycopg2
 
-from flows.generate import generate_sales
-from flows.jobs import run_nightly
-from flows.landing import SALES, load_source, load_workers
-from flows.settings import Target, resolve_target
-from flows.warehouse import Warehouse
+from dayclose.generate import generate_sales
+from dayclose.jobs import run_nightly
+from dayclose.loader import load_source, load_workers
+from dayclose.settings import Target, resolve_target
+from dayclose.sources import SALES
+from dayclose.warehouse import Warehouse
 
 ENGINES = ("duckdb", "postgres")
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -181,8 +182,9 @@ def peak_memory_child(engine: str, landing: Path, workdir: Path) -> tuple[float,
     ru_maxrss of the children, an upper bound: it includes the loader's size at spawn)."""
     code = (
         "import sys, resource; from pathlib import Path; from datetime import datetime;"
-        "from bench.run import fresh_target; from flows.landing import SALES, load_source;"
-        "from flows.warehouse import Warehouse; from bench.memory import own_peak_mib\n"
+        "from bench.run import fresh_target; from dayclose.loader import load_source;"
+        "from dayclose.sources import SALES;"
+        "from dayclose.warehouse import Warehouse; from bench.memory import own_peak_mib\n"
         "if __name__ == '__main__':\n"
         f"    with fresh_target({engine!r}, Path({str(workdir)!r})) as t, Warehouse(t) as wh:\n"
         f"        r = load_source(wh, SALES, Path({str(landing)!r}), datetime(2100, 1, 1))\n"

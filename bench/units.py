@@ -24,11 +24,11 @@ from datetime import date, datetime
 from pathlib import Path
 
 from bench.run import RESULTS, fresh_target
-from flows import dbt_runner as dbt
-from flows.generate import generate_units
-from flows.jobs import run_nightly
-from flows.settings import PROJECT_DIR, Target
-from flows.warehouse import Warehouse
+from dayclose import dbt_runner as dbt
+from dayclose.generate import generate_units
+from dayclose.jobs import run_nightly
+from dayclose.settings import PROJECT_DIR, Target
+from dayclose.warehouse import Warehouse
 
 FIRST_DAY = date(2026, 11, 1)
 AS_OF = datetime(2026, 11, 3, 0, 30)
@@ -67,9 +67,9 @@ def reconciliation_child(target: Target) -> tuple[float, float, float]:
     args = dbt.dbt_args(target, ["run", "--select", "daily_good_units"], window=WINDOW, quiet=True)
     run_vars = {"as_of": str(AS_OF), "rebuilt_from": str(WINDOW[0]), "rebuilt_to": str(WINDOW[1])}
     code = (
-        "import json, sys, time; from flows import dbt_runner as dbt\n"
+        "import json, sys, time; from dayclose import dbt_runner as dbt\n"
         "from bench.memory import own_peak_mib\n"
-        "from flows.settings import resolve_target\n"
+        "from dayclose.settings import resolve_target\n"
         f"t = resolve_target({target.name!r}); started = time.perf_counter()\n"
         f"out = dbt.invoke(t, {args!r}, run_vars={run_vars!r})\n"
         "assert out.success, out.error or [n.message for n in out.failed()]\n"

@@ -2,16 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from prefect import flow
 from prefect.states import State
 
-from flows.cli import parse_as_of
-from flows.generate import parse_date
-from flows.jobs import restate
-from flows.prefect_steps import dbt_invoker, final_state, flow_run_id, task_step
-from flows.settings import resolve_target
+from dayclose.prefect_tasks import restate_flow_body
 
 
 @flow(name="dayclose-restate", log_prints=True)
@@ -26,19 +20,4 @@ def restate_days(
     lock_timeout_seconds: float = 3600,
 ) -> State:
     """Rebuild days start..end of a job (sales or units), gate, publish, and audit who, why, before, after."""
-    resolved = resolve_target(target)
-    summary = restate(
-        job,
-        resolved,
-        parse_date(start),
-        parse_date(end),
-        reason,
-        landing=Path(landing) if landing else None,
-        as_of=parse_as_of(as_of) if as_of else None,
-        invoker=dbt_invoker(resolved),
-        quiet=True,
-        lock_timeout=lock_timeout_seconds,
-        step=task_step,
-        run_id=flow_run_id(),
-    )
-    return final_state(summary)
+    return restate_flow_body(job, start, end, reason, landing, as_of, target, lock_timeout_seconds)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from prefect import flow
 from prefect.states import State
 
-from flows.nightly import nightly_flow_body
+from dayclose.prefect_tasks import nightly_flow_body
 
 
 @flow(name="dayclose-units-nightly", log_prints=True)

@@ -1,16 +1,35 @@
 {#
-    The landing sources and their nightly windows. A source's window is the
-    project variable <source>_window_days: how many days before the as-of day a
-    nightly run rebuilds.
+    The registry of landing sources on the dbt side: the project variable
+    landing_sources (dbt_project.yml) names each source, its nightly window and the
+    model of its validated lines, and how an event is keyed and timed there. The
+    Python side of the registry is dayclose/sources.py.
 #}
 
+
+{# The names of the registered landing sources, in a stable order. #}
 {% macro landing_sources() %}
-    {{ return(['sales', 'units']) }}
+    {{ return(var('landing_sources').keys() | sort) }}
 {% endmacro %}
 
 
+{# The registry entry of a source (a dict), or a compiler error naming the known sources. #}
+{% macro landing_source(source_name) %}
+    {%- set registry = var('landing_sources') -%}
+    {%- if source_name not in registry -%}
+        {{ exceptions.raise_compiler_error(
+            "unknown landing source " ~ source_name ~ "; registered: " ~ (registry.keys() | sort | join(', '))
+        ) }}
+    {%- endif -%}
+    {{ return(registry[source_name]) }}
+{% endmacro %}
+
+
+{#
+    The nightly window of a source in days: the variable <source>_window_days when set
+    (e.g. --vars '{sales_window_days: 2}'), else its landing_sources entry.
+#}
 {% macro window_days(source_name) %}
-    {{ return(var(source_name ~ '_window_days')) }}
+    {{ return(var(source_name ~ '_window_days', dayclose.landing_source(source_name)['window_days'])) }}
 {% endmacro %}
 
 
@@ -24,32 +43,11 @@
 {%- endmacro %}
 
 
-{# 'YYYY-MM-DD' of the as-of day shifted by `days` (negative: earlier). #}
-{% macro as_of_day_offset(days) -%}
-    {%- set day = modules.datetime.datetime.strptime(dayclose.as_of_text()[:10], '%Y-%m-%d') -%}
-    {{- return((day + modules.datetime.timedelta(days=days)).strftime('%Y-%m-%d')) -}}
-{%- endmacro %}
-
-
-{# The as-of instant floored to the hour: batches are arrival hours, so this is the data cutoff. #}
-{% macro data_cutoff_at() -%}
-    {{ dayclose.timestamp_literal(dayclose.as_of_text()[:13] ~ ':00:00') }}
-{%- endmacro %}
-
-
-{# [from, to) 'YYYY-MM-DD' of the days this run rebuilds: the shim's vars, else the source's window. #}
-{% macro rebuilt_range(source_name) -%}
-    {%- set start = dayclose.run_var('rebuilt_from') or dayclose.as_of_day_offset(-dayclose.window_days(source_name)) -%}
-    {%- set end = dayclose.run_var('rebuilt_to') or dayclose.as_of_day_offset(0) -%}
-    {{- return([start, end]) -}}
-{%- endmacro %}
-
-
 {#
     Every valid event of one landing source, reduced to what lateness is measured
     from: a select of (source_name, batch_id, event_key, event_at, received_at,
-    event_date), event_key the source's stable event id. A new source adds a branch
-    here and its name to landing_sources().
+    event_date) over the source's validated lines (its registry entry's lines_model),
+    event_key the source's stable event id as text (key columns joined by '/').
 
     Read one source at a time, never through a union of all sources: Postgres does
     not flatten such a union when the branches' types differ, and then plans a
@@ -57,29 +55,21 @@
     nothing (seconds each on a loaded machine).
 #}
 {% macro source_arrivals(source_name) %}
-    {%- if source_name == 'sales' %}
+    {%- set entry = dayclose.landing_source(source_name) -%}
+    {%- set key_parts = [] -%}
+    {%- for column in entry['event_key'] -%}
+        {%- do key_parts.append(dbt.cast(column, dbt.type_string())) -%}
+        {%- if not loop.last %}{% do key_parts.append("'/'") %}{% endif -%}
+    {%- endfor %}
     select
-        'sales' as source_name,
+        '{{ source_name }}' as source_name,
         batch_id,
-        event_id as event_key,
-        sold_at as event_at,
+        {{ key_parts[0] if key_parts | length == 1 else dbt.concat(key_parts) }} as event_key,
+        {{ entry['event_at'] }} as event_at,
         received_at,
-        sale_date as event_date
-    from {{ ref('int_sale_lines_validated') }}
+        {{ entry['event_date'] }} as event_date
+    from {{ ref(entry['lines_model']) }}
     where is_valid
-    {%- elif source_name == 'units' %}
-    select
-        'units' as source_name,
-        batch_id,
-        {{ dbt.concat(["line_id", "'/'", dbt.cast("plc_seq", dbt.type_string())]) }} as event_key,
-        event_at,
-        received_at,
-        production_date as event_date
-    from {{ ref('int_unit_lines_validated') }}
-    where is_valid
-    {%- else -%}
-        {{ exceptions.raise_compiler_error("unknown landing source " ~ source_name) }}
-    {%- endif %}
 {% endmacro %}
 
 

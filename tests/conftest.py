@@ -18,7 +18,7 @@ from urllib.parse import parse_qs, urlparse
 import psycopg2
 import pytest
 
-from flows.settings import Target, resolve_target
+from dayclose.settings import Target, resolve_target
 
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")

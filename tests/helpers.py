@@ -10,9 +10,9 @@ from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 
-from flows.generate import BatchWriter
-from flows.settings import Target
-from flows.warehouse import Warehouse
+from dayclose.generate import BatchWriter
+from dayclose.settings import Target
+from dayclose.warehouse import Warehouse
 
 
 def ts(text: str) -> datetime:
@@ -127,7 +127,8 @@ def valid_sales_first_arrivals(landing: Path) -> dict[str, tuple[datetime, datet
     Valid as the models define it: decodable, a known shop, 0 <= amount <= max_sale_amount,
     sold_at not after received_at. An independent reading to check the models against.
     """
-    from flows.landing import SALES, decode_line
+    from dayclose.loader.decode import decode_line
+    from dayclose.sources import SALES
 
     shops_csv = Path(__file__).resolve().parent.parent / "seeds" / "shops.csv"
     shops = {line.split(",")[0] for line in shops_csv.read_text().splitlines()[1:]}

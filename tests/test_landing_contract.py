@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from flows.generate import generate_sales
-from flows.landing import MARKER, SALES, decode_line, discover
+from dayclose.generate import generate_sales
+from dayclose.loader.contract import MARKER, discover
+from dayclose.loader.decode import decode_line
+from dayclose.sources import SALES
 
 
 @pytest.mark.parametrize(

@@ -19,11 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from flows import prefect_steps
-from flows.generate import generate_sales, read_truth
-from flows.jobs import run_nightly
-from flows.settings import PROJECT_DIR, Target
-from flows.warehouse import Warehouse, WarehouseBusy
+from dayclose import prefect_tasks
+from dayclose.errors import WarehouseBusy
+from dayclose.generate import generate_sales, read_sales_truth
+from dayclose.jobs import run_nightly
+from dayclose.settings import PROJECT_DIR, Target
+from dayclose.warehouse import Warehouse
 from tests.helpers import sale, table, ts, write_batch
 
 FIRST = date(2026, 11, 20)
@@ -42,7 +43,7 @@ def week(landing: Path) -> dict[str, Decimal]:
     """Five days of sales for 20 shops, every arrival hour sealed; truth per day."""
     generate_sales(landing, FIRST, 5, shops=20, events_per_day=400, seed=4)
     totals: dict[str, Decimal] = {}
-    for (day, _), (amount, _) in read_truth(landing / "truth" / "sales_daily_totals.csv").items():
+    for (day, _), (amount, _) in read_sales_truth(landing / "truth" / "sales_daily_totals.csv").items():
         totals[day] = totals.get(day, Decimal(0)) + Decimal(amount)
     return totals
 
@@ -73,8 +74,8 @@ def test_retry_after_a_partly_written_load_ends_at_1x(
     """The 2.1x incident: a load fails after writing rows, the task retries, totals stay 1.0x."""
     from flows.sales_flow import sales_nightly
 
-    monkeypatch.setattr(prefect_steps, "RETRIES", 2)
-    monkeypatch.setattr(prefect_steps, "BACKOFF_SECONDS", 0.01)
+    monkeypatch.setattr(prefect_tasks, "RETRIES", 2)
+    monkeypatch.setattr(prefect_tasks, "BACKOFF_SECONDS", 0.01)
     real_copy = Warehouse.copy_csv
     failures = {"left": 1}
 
@@ -136,7 +137,7 @@ def test_failing_gate_leaves_published_numbers_unchanged(
         as_of="2026-11-25T00:30", target=engine.name, landing=str(landing), return_state=True
     )
     assert second.is_failed()
-    assert "assert_sales_no_empty_days" in second.message and "2026-11-24" in second.message
+    assert "sales_no_empty_days" in second.message and "2026-11-24" in second.message
     assert published(engine) == before
     audit = table(engine, "select status, published from {schema}_published.run_audit order by started_at")
     assert [(s, bool(p)) for s, p in audit] == [("published", True), ("gates failed", False)]
@@ -164,7 +165,7 @@ def test_concurrent_runs_are_serialized_and_exact(engine: Target, landing: Path,
 
 
 def test_second_runner_gets_a_clear_message(engine: Target, landing: Path, week: dict) -> None:
-    from flows.runlock import run_lock
+    from dayclose.runlock import run_lock
 
     with run_lock(engine, "sales"), pytest.raises(WarehouseBusy, match="another dayclose run holds"):
         run_nightly("sales", engine, landing, ts("2026-11-24T00:30"), quiet=True, lock_timeout=0)
@@ -175,7 +176,7 @@ def test_run_killed_mid_build_then_rerun_is_exact(engine: Target, landing: Path,
     cmd = [
         sys.executable,
         "-m",
-        "flows.cli",
+        "dayclose.cli",
         "run",
         "sales",
         "--as-of",

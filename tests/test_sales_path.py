@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from flows.generate import generate_sales, read_truth
-from flows.jobs import run_nightly
-from flows.landing import SALES, ensure_landing, load_source
-from flows.settings import Target
-from flows.warehouse import Warehouse
+from dayclose.generate import generate_sales, read_sales_truth
+from dayclose.jobs import run_nightly
+from dayclose.loader import ensure_landing, load_source
+from dayclose.settings import Target
+from dayclose.sources import SALES
+from dayclose.warehouse import Warehouse
 from tests.helpers import (
     add_part,
     daily_sales,
@@ -83,7 +84,7 @@ def test_seed_four_night_timeline(engine: Target, landing: Path) -> None:
     truth = sum(
         (
             Decimal(a)
-            for (d, _), (a, _) in read_truth(landing / "truth" / "sales_daily_totals.csv").items()
+            for (d, _), (a, _) in read_sales_truth(landing / "truth" / "sales_daily_totals.csv").items()
             if d == MONDAY
         ),
         Decimal(0),
@@ -277,8 +278,9 @@ def test_loader_falls_back_to_inline_decoding_when_workers_cannot_start(
     script = tmp_path / "unguarded.py"
     script.write_text(
         "import os\nfrom datetime import datetime\nfrom pathlib import Path\n"
-        "from flows.landing import SALES, load_source\nfrom flows.settings import resolve_target\n"
-        "from flows.warehouse import Warehouse\n"
+        "from dayclose.loader import load_source\nfrom dayclose.sources import SALES\n"
+        "from dayclose.settings import resolve_target\n"
+        "from dayclose.warehouse import Warehouse\n"
         "t = resolve_target('duckdb')\n"
         "with Warehouse(t) as wh:  # in a worker: the file is locked, it dies\n"
         f"    r = load_source(wh, SALES, Path({str(landing)!r}), datetime(2026, 11, 25))\n"
@@ -362,7 +364,7 @@ def test_lateness_is_measured_once_per_settled_day_and_recommends_the_window(
     # a window shorter than measured lateness warns, and still publishes
     short = run_nightly("sales", engine, landing, ts("2026-11-13T00:30"), window_days=2, quiet=True)
     assert short.ok, short.lines()
-    assert "is_window_sufficient" in " ".join(short.gate_failures)
+    assert "arrival_lateness_window_is_sufficient" in short.gate_failures
     assert table(
         engine, "select configured_window_days, is_window_sufficient from {schema}.arrival_lateness"
     ) == [(2, False)]

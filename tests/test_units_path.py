@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import date
 from pathlib import Path
 
-from flows.generate import generate_units, read_units_truth
-from flows.jobs import restate, run_nightly
-from flows.settings import Target
+from dayclose.generate import generate_units, read_units_truth
+from dayclose.jobs import restate, run_nightly
+from dayclose.settings import Target
 from tests.helpers import good_units, steady_production, table, ts, unit, write_batch
 
 LINE = "L-001-1"  # bottling, plant P-001

@@ -1,0 +1,179 @@
+"""Calling dbt: one in-process invocation per step, through dbt's own runner.
+
+The Prefect flows pass a runner of their own (prefect-dbt's PrefectDbtRunner,
+each dbt node a task); the CLI uses dbt's dbtRunner. Both take the same
+arguments, built here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from typing import Any
+
+from dayclose.settings import PROJECT_DIR, Target, dbt_env, profiles_dir
+
+
+@dataclass
+class NodeResult:
+    """One dbt node's outcome: a model, seed or test."""
+
+    name: str
+    resource_type: str
+    status: str
+    message: str = ""
+    failures: int | None = None
+    tags: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    relation_name: str | None = None  # where a test's failing rows are stored
+
+    @property
+    def is_gate(self) -> bool:
+        return self.resource_type == "test" and "gate" in self.tags
+
+
+@dataclass
+class DbtOutcome:
+    success: bool
+    nodes: list[NodeResult]
+    error: str = ""
+
+    def failed(self) -> list[NodeResult]:
+        return [n for n in self.nodes if n.status in ("error", "fail", "runtime error")]
+
+    def warned(self) -> list[NodeResult]:
+        return [n for n in self.nodes if n.status == "warn"]
+
+
+@contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
+
+
+def dbt_args(
+    target: Target,
+    command: list[str],
+    window: tuple[date, date] | None = None,
+    extra_vars: dict[str, Any] | None = None,
+    quiet: bool = False,
+) -> list[str]:
+    """The argument list for one dbt invocation against `target`.
+
+    `extra_vars` are project variables (--vars); per-run values go to `invoke`.
+    """
+    state = target.state_dir
+    args = [
+        *(["--quiet"] if quiet else []),
+        *command,
+        "--project-dir",
+        str(PROJECT_DIR),
+        "--profiles-dir",
+        str(profiles_dir(target)),
+        "--target",
+        target.name,
+        "--target-path",
+        str(state / "target"),
+        "--log-path",
+        str(state / "logs"),
+    ]
+    if extra_vars:
+        args += ["--vars", json.dumps(extra_vars)]
+    if command[0] in ("build", "test"):
+        # a test runs only when all its parents are selected: a sales run never tests units marts
+        args += ["--indirect-selection", "cautious"]
+    if window is not None:
+        start, end = window
+        args += ["--event-time-start", start.isoformat(), "--event-time-end", end.isoformat()]
+    return args
+
+
+Invoker = Callable[[list[str]], Any]
+
+
+def _default_invoker(args: list[str]) -> Any:
+    from dbt.cli.main import dbtRunner
+
+    return dbtRunner().invoke(args)
+
+
+def _release_duckdb() -> None:
+    """Close the DuckDB database dbt-duckdb keeps open after an invocation.
+
+    dbt-duckdb caches its environment (and the file's lock) for the life of the process;
+    dayclose releases it so that the file is locked only while a step really runs.
+    """
+    from dbt.adapters.duckdb.connections import DuckDBConnectionManager as manager
+
+    with manager._LOCK:
+        if manager._ENV is not None:
+            manager._ENV.close()
+            manager._ENV = None
+
+
+RUN_VARS = ("as_of", "rebuilt_from", "rebuilt_to", "run_id", "restate_reason")
+
+
+def run_env(run_vars: dict[str, Any] | None = None) -> dict[str, str]:
+    """The per-run values as DAYCLOSE_RUN_* variables (macro run_var), unset ones empty.
+
+    Not --vars: dbt re-parses the whole project whenever --vars change (seconds), and
+    every run has a new as-of and run id.
+    """
+    values = dict(run_vars or {})
+    unknown = set(values) - set(RUN_VARS)
+    if unknown:
+        raise ValueError(f"not per-run values: {sorted(unknown)} (pass them as --vars)")
+    if isinstance(values.get("as_of"), datetime):
+        values["as_of"] = values["as_of"].strftime("%Y-%m-%d %H:%M:%S")
+    return {f"DAYCLOSE_RUN_{name.upper()}": str(values.get(name) or "") for name in RUN_VARS}
+
+
+def invoke(
+    target: Target,
+    args: list[str],
+    invoker: Invoker | None = None,
+    run_vars: dict[str, Any] | None = None,
+) -> DbtOutcome:
+    """Run dbt in this process and reduce its result to what dayclose reports.
+
+    `run_vars`: the per-run values (RUN_VARS) the models read through macro run_var.
+    """
+    with _environment({**dbt_env(target), **run_env(run_vars)}):
+        try:
+            result = (invoker or _default_invoker)(args)
+        finally:
+            if target.name == "duckdb":
+                _release_duckdb()
+    nodes: list[NodeResult] = []
+    run_results = getattr(result, "result", None)
+    for r in getattr(run_results, "results", None) or []:
+        node = r.node
+        nodes.append(
+            NodeResult(
+                name=node.name,
+                resource_type=str(getattr(node.resource_type, "value", node.resource_type)),
+                status=str(getattr(r.status, "value", r.status)),
+                message=r.message or "",
+                failures=r.failures,
+                tags=list(getattr(node, "tags", []) or []),
+                seconds=float(r.execution_time or 0.0),
+                relation_name=getattr(node, "relation_name", None),
+            )
+        )
+    error = ""
+    if getattr(result, "exception", None) is not None:
+        error = str(result.exception)
+    return DbtOutcome(success=bool(result.success), nodes=nodes, error=error)

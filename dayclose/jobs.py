@@ -1,0 +1,318 @@
+"""The nightly job and the restatement: one code path for the CLI and the Prefect flows.
+
+lock the warehouse -> (wait for completeness markers) -> load the complete batches
+that had arrived by as-of -> build the window that ends with the day before as-of
+(dbt build: models and the gate tests, on the write side) -> publish to the readers'
+schema only if every gate passed -> record the run. Each step is idempotent, so a
+retry or a rerun can never double a number.
+
+The steps are plain functions; `step` runs each one (a direct call for the CLI, a
+retried Prefect task for the flows).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from dayclose import dbt_runner as dbt
+from dayclose.audit import audit_row, record_restatement, record_run
+from dayclose.dates import utc_now
+from dayclose.errors import DaycloseError
+from dayclose.loader import RECHECK_DAYS, LoadReport, load_source, missing_markers
+from dayclose.publish import PublishMismatch, forget_unpublished_versions, publish, published_total
+from dayclose.runlock import run_lock
+from dayclose.settings import PROJECT_DIR, Target
+from dayclose.sources import Source, source
+from dayclose.summary import RunSummary, read_back
+from dayclose.warehouse import Warehouse
+
+FIRST_BUILD_LOOKBACK_DAYS = 31
+
+
+@lru_cache(maxsize=1)
+def project_vars() -> dict:
+    """The vars of dbt_project.yml: the one place the windows and thresholds are set."""
+    with open(PROJECT_DIR / "dbt_project.yml") as fh:
+        return yaml.safe_load(fh)["vars"]
+
+
+def configured_window_days(name: str) -> int:
+    """The nightly window of a source, as dbt_project.yml sets it (landing_sources)."""
+    return int(project_vars()["landing_sources"][name]["window_days"])
+
+
+def window_for(as_of: datetime, window_days: int) -> tuple[date, date]:
+    """The days [start, end) a run as of `as_of` rebuilds: the window ending the day before."""
+    end = as_of.date()
+    return end - timedelta(days=window_days), end
+
+
+T = TypeVar("T")
+StepRunner = Callable[..., Any]
+
+
+def direct(name: str, fn: Callable[..., T], *args: Any) -> T:
+    """Run a step as a plain call (the CLI); the Prefect flows pass a runner that makes it a task."""
+    return fn(*args)
+
+
+@dataclass
+class _Run:
+    """One run's settings and its summary, passed from step to step."""
+
+    source: Source
+    target: Target
+    summary: RunSummary
+    landing: Path | None
+    project_vars: dict  # dbt --vars: only overrides (other --vars make dbt re-parse the project)
+    invoker: dbt.Invoker | None
+    quiet: bool
+    step: StepRunner
+    require_complete: bool = False
+    reason: str | None = None
+
+
+def run_nightly(
+    job_name: str,
+    target: Target,
+    landing: Path,
+    as_of: datetime,
+    window_days: int | None = None,
+    invoker: dbt.Invoker | None = None,
+    quiet: bool = False,
+    lock_timeout: float = 0.0,
+    require_complete: bool = False,
+    step: StepRunner = direct,
+    run_id: str | None = None,
+) -> RunSummary:
+    """The nightly job: lock, (completeness), load, build and gate the window, publish, record."""
+    src = source(job_name)
+    days = window_days or configured_window_days(src.name)
+    summary = RunSummary(job_name, target.name, as_of, window_for(as_of, days), LoadReport(src.name, as_of))
+    summary.window_days = days
+    summary.run_id = run_id or summary.run_id
+    overrides = {f"{src.name}_window_days": days} if window_days else {}
+    run = _Run(src, target, summary, landing, overrides, invoker, quiet, step, require_complete)
+    return _locked(run, lock_timeout)
+
+
+def restate(
+    job_name: str,
+    target: Target,
+    start: date,
+    end: date,
+    reason: str,
+    landing: Path | None = None,
+    as_of: datetime | None = None,
+    invoker: dbt.Invoker | None = None,
+    quiet: bool = False,
+    lock_timeout: float = 0.0,
+    step: StepRunner = direct,
+    run_id: str | None = None,
+) -> RunSummary:
+    """Rebuild the days start..end (inclusive), beyond the nightly window if need be.
+
+    Loads any complete batch not yet loaded first (when given a landing), rebuilds the
+    days whole, runs the same gates, publishes through the same step, and records the
+    reason with every value it changes (daily_good_units_versions; units_restatements once
+    the month has closed) and in the restatement audit. Running it again changes nothing.
+    """
+    if end < start:
+        raise DaycloseError(f"restate: --end {end} is before --start {start}: expected start <= end")
+    if not reason.strip():
+        raise DaycloseError("restate: --reason is empty: say why the days are restated")
+    src = source(job_name)
+    as_of = as_of or utc_now()
+    window = (start, end + timedelta(days=1))
+    summary = RunSummary(job_name, target.name, as_of, window, LoadReport(src.name, as_of), kind="restate")
+    summary.window_days = (window[1] - start).days
+    summary.run_id = run_id or summary.run_id
+    run = _Run(src, target, summary, landing, {}, invoker, quiet, step, reason=reason)
+    return _locked(run, lock_timeout)
+
+
+def _locked(run: _Run, lock_timeout: float) -> RunSummary:
+    """The run under the warehouse's run lock; recorded in the run audit whatever happens."""
+    summary = run.summary
+    started = utc_now()
+    clock = time.monotonic()
+    with run_lock(run.target, summary.job, lock_timeout):
+        summary.step_seconds["lock"] = time.monotonic() - clock
+        try:
+            _steps(run)
+        except BaseException as exc:
+            summary.status = "error"
+            summary.message = f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            # every run is recorded, also one that raised
+            with Warehouse(run.target) as wh:
+                record_run(wh, audit_row(summary, started))
+    return summary
+
+
+def _timed(run: _Run, name: str, fn: Callable[..., T], *args: Any) -> T:
+    """One step through the run's step runner, its duration in the summary."""
+    clock = time.monotonic()
+    try:
+        return run.step(name, fn, *args)
+    finally:
+        run.summary.step_seconds[name] = time.monotonic() - clock
+
+
+def _steps(run: _Run) -> None:
+    summary, target = run.summary, run.target
+    if run.require_complete and run.landing is not None:
+        summary.missing_markers = missing_markers(
+            run.landing, run.source.name, summary.window[0], summary.as_of
+        )
+    if summary.missing_markers:
+        summary.status = "waiting for completeness markers"
+        return
+    before = published_total(target, run.source, summary.window) if run.reason is not None else None
+    if run.landing is not None:
+        # a restatement re-reads every manifest: it is the path for old corrections
+        recheck = None if summary.kind == "restate" else RECHECK_DAYS
+        summary.load = _timed(
+            run, "load", load_step, target, run.source.name, run.landing, summary.as_of, recheck
+        )
+    if summary.kind == "run":
+        summary.window = _first_build_window(target, run.source, summary)
+        summary.window = _with_unpublished_days(target, run.source, summary.window)
+    variables = {**run.project_vars, "run_id": summary.run_id}
+    if run.reason is not None:
+        variables["restate_reason"] = run.reason
+    summary.build = _timed(
+        run,
+        "build",
+        build_step,
+        target,
+        summary.job,
+        summary.window,
+        summary.as_of,
+        variables,
+        run.invoker,
+        run.quiet,
+    )
+    with Warehouse(target) as wh:
+        read_back(wh, summary)
+    if summary.build.success:
+        _publish(run)
+    else:
+        summary.status = "gates failed" if any(n.is_gate for n in summary.build.failed()) else "build failed"
+        summary.message = "the previous published numbers stay; nothing of this run reached readers"
+        forget_unpublished_versions(target, summary.run_id)
+    if run.reason is not None:
+        after = published_total(target, run.source, summary.window)
+        with Warehouse(target) as wh:
+            record_restatement(wh, summary, run.reason, before, after)
+
+
+def _publish(run: _Run) -> None:
+    summary = run.summary
+    try:
+        _timed(run, "publish", publish_step, run.target, summary.job, summary.window, summary.as_of)
+    except PublishMismatch as exc:
+        # built and gated, refused at publication (a later as-of already published these days)
+        summary.status = "not published"
+        summary.message = f"{exc}; the previous published numbers stay"
+        forget_unpublished_versions(run.target, summary.run_id)
+    except BaseException:
+        with contextlib.suppress(Exception):  # the publish error is the one to report
+            forget_unpublished_versions(run.target, summary.run_id)
+        raise
+    else:
+        summary.published = True
+        summary.status = "published" if not summary.load.refused else "published; batches refused"
+
+
+def load_step(
+    target: Target, source_name: str, landing: Path, as_of: datetime, recheck_days: int | None
+) -> LoadReport:
+    """Load every complete batch that had arrived by as-of (idempotent: safe to retry)."""
+    with Warehouse(target) as wh:
+        return load_source(wh, source(source_name), landing, as_of, recheck_days=recheck_days)
+
+
+def build_step(
+    target: Target,
+    job_name: str,
+    window: tuple[date, date],
+    as_of: datetime,
+    extra_vars: dict,
+    invoker: dbt.Invoker | None,
+    quiet: bool,
+) -> dbt.DbtOutcome:
+    """dbt build of the job's models and gates for the window's days (idempotent: safe to retry)."""
+    start, end = window
+    run_vars = {k: v for k, v in extra_vars.items() if k in dbt.RUN_VARS}
+    run_vars.update(as_of=as_of, rebuilt_from=str(start), rebuilt_to=str(end))
+    overrides = {k: v for k, v in extra_vars.items() if k not in dbt.RUN_VARS}
+    args = dbt.dbt_args(
+        target,
+        ["build", "--select", source(job_name).selector],
+        window=window,
+        extra_vars=overrides,
+        quiet=quiet,
+    )
+    outcome = dbt.invoke(target, args, invoker, run_vars=run_vars)
+    if outcome.error and not outcome.nodes:
+        raise RuntimeError(f"dbt could not run: {outcome.error}")
+    return outcome
+
+
+def publish_step(target: Target, job_name: str, window: tuple[date, date], as_of: datetime) -> dict[str, int]:
+    """Publish the window to the readers' schema, atomically."""
+    with Warehouse(target) as wh:
+        return publish(wh, job_name, window[0], window[1], as_of)
+
+
+def _with_unpublished_days(target: Target, src: Source, window: tuple[date, date]) -> tuple[date, date]:
+    """Widen the window to days built by earlier runs whose gates failed, so they get published.
+
+    A failed run has rebuilt its window on the write side without publishing it; the next
+    run's window may no longer reach its first day, which would then stay unpublished.
+    """
+    with Warehouse(target) as wh:
+        if not wh.relation_exists(f"{target.schema}_published", "run_audit"):
+            return window
+        audit = f"{target.schema}_published.run_audit"
+        first = wh.scalar(
+            f"select min(window_start) from {audit} where job = %s and not published "
+            "and status in ('gates failed', 'build failed', 'error') and started_at > coalesce("
+            f"(select max(started_at) from {audit} where job = %s and published), "
+            "cast('1900-01-01' as timestamp))",
+            (src.name, src.name),
+        )
+    if first is not None and first < window[0]:
+        return first, window[1]
+    return window
+
+
+def _first_build_window(target: Target, src: Source, summary: RunSummary) -> tuple[date, date]:
+    window = summary.window
+    with Warehouse(target) as wh:
+        if wh.relation_exists(target.schema, src.mart):
+            return window
+        # First build: every day loaded so far, not only the window; but not before a month
+        # ahead of the first arrival (a garbage timestamp must not start the history in 2001).
+        # Older days, if any, show in <source>_late_arrivals and are restated explicitly.
+        raw = f"{target.landing_schema}.{src.table}"
+        first = wh.scalar(
+            f"select min({src.event_time}) from {raw} where decode_error is null "
+            f"and batch_completed_at <= %s and {src.event_time} >= "
+            f"(select min(batch_arrived_at) from {raw}) - interval '{FIRST_BUILD_LOOKBACK_DAYS} days'",
+            (summary.as_of,),
+        )
+    if first is not None and first.date() < window[0]:
+        return first.date(), window[1]
+    return window

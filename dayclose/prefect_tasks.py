@@ -1,0 +1,141 @@
+"""What the Prefect flows (flows/) add to the shared job code: tasks, retries, dbt node tasks, states.
+
+The flows call dayclose.jobs exactly as the CLI does; they pass
+- a step runner that makes each step a Prefect task (load and build retry with
+  exponential backoff and jitter; every step is idempotent, so a retry can never
+  double a number), and
+- prefect-dbt's PrefectDbtRunner as the dbt invoker, so each dbt node is a task
+  with its own logs.
+A run that finds completeness markers missing ends Scheduled for a later time: it
+holds no worker while it waits. A run whose gates fail ends Failed, naming the gate.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from prefect import get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+from prefect.context import get_run_context
+from prefect.states import Completed, Failed, Scheduled, State
+from prefect.tasks import exponential_backoff
+
+from dayclose.dates import parse_as_of, parse_date
+from dayclose.jobs import restate, run_nightly
+from dayclose.settings import PROJECT_DIR, Target, profiles_dir, resolve_target
+from dayclose.summary import RunSummary
+
+RETRIED_STEPS = ("load", "build")
+RETRIES = int(os.environ.get("DAYCLOSE_TASK_RETRIES", "3"))
+BACKOFF_SECONDS = float(os.environ.get("DAYCLOSE_RETRY_BACKOFF_SECONDS", "10"))
+WAIT_MINUTES = float(os.environ.get("DAYCLOSE_WAIT_FOR_MARKERS_MINUTES", "15"))
+
+
+def task_step(name: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """Run one job step as a Prefect task (retried with backoff and jitter where safe)."""
+    options: dict[str, Any] = {"name": name, "cache_policy": NO_CACHE}
+    if name in RETRIED_STEPS:
+        options.update(
+            retries=RETRIES,
+            retry_delay_seconds=exponential_backoff(backoff_factor=BACKOFF_SECONDS),
+            retry_jitter_factor=0.5,
+        )
+    return task(fn, **options)(*args)
+
+
+def dbt_invoker(target: Target) -> Callable[[list[str]], Any]:
+    """prefect-dbt's runner: each dbt node becomes a task of the flow run, with its logs."""
+    from prefect_dbt import PrefectDbtRunner, PrefectDbtSettings
+
+    settings = PrefectDbtSettings(
+        project_dir=PROJECT_DIR, profiles_dir=profiles_dir(target), target_path=target.state_dir / "target"
+    )
+    runner = PrefectDbtRunner(settings=settings, raise_on_failure=False)
+    return runner.invoke
+
+
+def flow_run_id() -> str | None:
+    try:
+        return str(get_run_context().flow_run.id)
+    except Exception:  # outside a flow run
+        return None
+
+
+def final_state(summary: RunSummary) -> State:
+    """The flow run's state: never a success that did not publish."""
+    logger = get_run_logger()
+    for line in summary.lines():
+        logger.info(line)
+    if summary.missing_markers:
+        return Scheduled(
+            scheduled_time=datetime.now(UTC) + timedelta(minutes=WAIT_MINUTES),
+            message=f"waiting for _SUCCESS of {len(summary.missing_markers)} arrival hours, first "
+            f"{summary.missing_markers[0]}; nothing built or published",
+        )
+    if not summary.ok:
+        failed = [n for n in (summary.build.failed() if summary.build else [])]
+        detail = "; ".join(
+            f"{n.name}: " + (" | ".join(summary.gate_failures.get(n.name, [])[:3]) or n.message)
+            for n in failed
+        )
+        refused = "; ".join(r.message for r in summary.load.refused)
+        return Failed(message=f"{summary.status}. {detail} {refused}".strip())
+    return Completed(message=f"published {summary.window[0]}..{summary.window[1]}", data=summary.run_id)
+
+
+def nightly_flow_body(
+    job: str,
+    as_of: str | None,
+    target: str | None,
+    landing: str,
+    require_complete: bool,
+    lock_timeout_seconds: float,
+) -> State:
+    """The body of a nightly flow (flows/<job>_flow.py): the CLI's job, as tasks."""
+    resolved = resolve_target(target)
+    summary = run_nightly(
+        job,
+        resolved,
+        Path(landing),
+        parse_as_of(as_of),
+        invoker=dbt_invoker(resolved),
+        quiet=True,
+        lock_timeout=lock_timeout_seconds,
+        require_complete=require_complete,
+        step=task_step,
+        run_id=flow_run_id(),
+    )
+    return final_state(summary)
+
+
+def restate_flow_body(
+    job: str,
+    start: str,
+    end: str,
+    reason: str,
+    landing: str | None,
+    as_of: str | None,
+    target: str | None,
+    lock_timeout_seconds: float,
+) -> State:
+    """The body of the restatement flow (flows/restate_flow.py)."""
+    resolved = resolve_target(target)
+    summary = restate(
+        job,
+        resolved,
+        parse_date(start, "start"),
+        parse_date(end, "end"),
+        reason,
+        landing=Path(landing) if landing else None,
+        as_of=parse_as_of(as_of, "as_of") if as_of else None,
+        invoker=dbt_invoker(resolved),
+        quiet=True,
+        lock_timeout=lock_timeout_seconds,
+        step=task_step,
+        run_id=flow_run_id(),
+    )
+    return final_state(summary)

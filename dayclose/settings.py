@@ -1,0 +1,71 @@
+"""Where things are and which warehouse to talk to, from the environment only."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from dayclose.errors import DaycloseError
+
+PROJECT_DIR = Path(os.environ.get("DAYCLOSE_PROJECT_DIR", Path(__file__).resolve().parent.parent))
+TARGETS = ("duckdb", "postgres")
+
+
+@dataclass(frozen=True)
+class Target:
+    """One warehouse: the embedded DuckDB file or a Postgres database."""
+
+    name: str
+    schema: str
+    duckdb_path: Path | None = None
+
+    @property
+    def landing_schema(self) -> str:
+        return f"{self.schema}_landing"
+
+    @property
+    def state_dir(self) -> Path:
+        """Per-target dbt working files (target/, logs/, profiles)."""
+        key = self.name
+        if self.duckdb_path is not None:
+            key = "duckdb-" + hashlib.sha1(str(self.duckdb_path).encode()).hexdigest()[:10]
+        else:
+            key = f"postgres-{self.schema}"
+        return Path(os.environ.get("DAYCLOSE_STATE_DIR", PROJECT_DIR / ".dayclose")) / key
+
+
+def resolve_target(name: str | None = None) -> Target:
+    """The target named (or DAYCLOSE_TARGET, default duckdb), configured from the environment."""
+    name = name or os.environ.get("DAYCLOSE_TARGET", "duckdb")
+    if name not in TARGETS:
+        raise DaycloseError(f"unknown target {name!r}: expected one of {', '.join(TARGETS)}")
+    if name == "duckdb":
+        path = Path(os.environ.get("DAYCLOSE_DUCKDB", "dayclose.duckdb")).resolve()
+        return Target(name="duckdb", schema="main", duckdb_path=path)
+    return Target(name="postgres", schema=os.environ.get("DAYCLOSE_SCHEMA", "dayclose"))
+
+
+def dbt_env(target: Target) -> dict[str, str]:
+    """Environment the dbt profile reads (profiles.yml.example)."""
+    env = {"DAYCLOSE_TARGET": target.name}
+    if target.duckdb_path is not None:
+        env["DAYCLOSE_DUCKDB"] = str(target.duckdb_path)
+    else:
+        env["DAYCLOSE_SCHEMA"] = target.schema
+    return env
+
+
+def profiles_dir(target: Target) -> Path:
+    """DBT_PROFILES_DIR if the user set one, else a copy of profiles.yml.example."""
+    if os.environ.get("DBT_PROFILES_DIR"):
+        return Path(os.environ["DBT_PROFILES_DIR"])
+    folder = target.state_dir / "profiles"
+    folder.mkdir(parents=True, exist_ok=True)
+    example = PROJECT_DIR / "profiles.yml.example"
+    dest = folder / "profiles.yml"
+    if not dest.exists() or dest.read_bytes() != example.read_bytes():
+        shutil.copyfile(example, dest)
+    return folder

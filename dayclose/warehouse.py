@@ -1,0 +1,139 @@
+"""A small, uniform connection to the warehouse: DuckDB or Postgres.
+
+Only the loader, the run lock and the summaries talk to the warehouse directly;
+everything else goes through dbt.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from dayclose.errors import Unavailable, WarehouseBusy
+from dayclose.settings import Target
+
+
+class Warehouse:
+    """A connection with `%s` parameters on both engines and one bulk CSV load."""
+
+    def __init__(self, target: Target):
+        self.target = target
+        self.kind = target.name
+        if self.kind == "duckdb":
+            import duckdb
+
+            assert target.duckdb_path is not None
+            target.duckdb_path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                self._conn = duckdb.connect(str(target.duckdb_path))
+                self._conn.execute("set enable_progress_bar = false")  # it would print into summaries
+            except duckdb.IOException as exc:  # the file lock of another process
+                raise WarehouseBusy(
+                    f"the DuckDB file {target.duckdb_path} is in use by another process "
+                    f"(another dayclose run?): {exc}"
+                ) from exc
+        else:
+            self._conn = postgres_connect("dayclose")
+            self._conn.autocommit = True
+
+    # -- statements -----------------------------------------------------------------
+    def _sql(self, sql: str) -> str:
+        return sql.replace("%s", "?") if self.kind == "duckdb" else sql
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
+        if self.kind == "duckdb":
+            self._conn.execute(self._sql(sql), list(params))
+        else:
+            with self._conn.cursor() as cur:
+                cur.execute(sql, tuple(params))
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+        if self.kind == "duckdb":
+            return self._conn.execute(self._sql(sql), list(params)).fetchall()
+        with self._conn.cursor() as cur:
+            cur.execute(sql, tuple(params))
+            return cur.fetchall()
+
+    def columns_and_rows(self, sql: str) -> tuple[list[str], list[tuple]]:
+        """Column names and rows of a query."""
+        if self.kind == "duckdb":
+            cur = self._conn.execute(sql)
+            return [d[0] for d in cur.description], cur.fetchall()
+        with self._conn.cursor() as cur:
+            cur.execute(sql)
+            return [d[0] for d in cur.description], cur.fetchall()
+
+    def scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        rows = self.query(sql, params)
+        return rows[0][0] if rows else None
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """All or nothing: on any exception the work of the block is rolled back."""
+        self.execute("begin")
+        try:
+            yield
+        except BaseException:
+            self.execute("rollback")
+            raise
+        self.execute("commit")
+
+    def copy_csv(self, table: str, columns: Sequence[tuple[str, str]], path: Path) -> None:
+        """The engine's own bulk load of a CSV file written by the loader (NULL is \\N).
+
+        `columns` are (name, SQL type) pairs in the file's order.
+        """
+        cols = ", ".join(name for name, _ in columns)
+        if self.kind == "duckdb":
+            self._conn.execute(
+                f"insert into {table} ({cols}) select * from read_csv(?, header = false, "
+                "delim = ',', quote = '\"', escape = '\"', nullstr = '\\N', "
+                "allow_quoted_nulls = false, auto_detect = false, "
+                f"columns = {{{', '.join(repr(n) + ': ' + repr(t) for n, t in columns)}}})",
+                [str(path)],
+            )
+        else:
+            with self._conn.cursor() as cur, open(path, encoding="utf-8") as fh:
+                cur.copy_expert(f"copy {table} ({cols}) from stdin with (format csv, null '\\N')", fh)
+
+    # -- catalogue ------------------------------------------------------------------
+    def relation_exists(self, schema: str, name: str) -> bool:
+        return bool(
+            self.scalar(
+                "select count(*) from information_schema.tables where table_schema = %s and table_name = %s",
+                (schema, name),
+            )
+        )
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._conn.close()
+
+    def __enter__(self) -> Warehouse:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def postgres_connect(application_name: str):
+    """A psycopg2 connection from the libpq variables (PGHOST, PGPORT, PGUSER, PGPASSWORD,
+    PGDATABASE), or Unavailable naming the server when nothing answers there."""
+    import psycopg2
+
+    try:
+        return psycopg2.connect(
+            "",
+            application_name=application_name,
+            connect_timeout=int(os.environ.get("PGCONNECT_TIMEOUT", "10")),
+        )
+    except psycopg2.OperationalError as exc:
+        where = f"{os.environ.get('PGHOST', 'localhost')}:{os.environ.get('PGPORT', '5432')}"
+        detail = " ".join(str(exc).split())
+        raise Unavailable(
+            f"cannot connect to Postgres at {where} (database {os.environ.get('PGDATABASE', '(default)')}): "
+            f"{detail}; set PGHOST, PGPORT, PGUSER, PGPASSWORD and PGDATABASE"
+        ) from None

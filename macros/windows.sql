@@ -1,0 +1,25 @@
+{#
+    The days a run rebuilds: the nightly window of a source, or a restatement's range.
+#}
+
+
+{# [from, to) 'YYYY-MM-DD' of the days this run rebuilds: the shim's vars, else the source's window. #}
+{% macro rebuilt_range(source_name) -%}
+    {%- set start = dayclose.run_var('rebuilt_from') or dayclose.as_of_day_offset(-dayclose.window_days(source_name)) -%}
+    {%- set end = dayclose.run_var('rebuilt_to') or dayclose.as_of_day_offset(0) -%}
+    {{- return([start, end]) -}}
+{%- endmacro %}
+
+
+{#
+    The days [rebuilt_from, rebuilt_to) of a source as a one-column relation
+    (`calendar_date`), for gates that must look at every day, also the empty ones.
+#}
+{% macro rebuilt_days(source_name) %}
+    {%- set rebuilt = dayclose.rebuilt_range(source_name) -%}
+    {%- set first_day = modules.datetime.date.fromisoformat(rebuilt[0]) -%}
+    {%- set day_count = (modules.datetime.date.fromisoformat(rebuilt[1]) - first_day).days -%}
+    select cast({{ dbt.dateadd('day', 'n', "cast('" ~ rebuilt[0] ~ "' as date)") }} as date) as calendar_date
+    from ({{ dayclose.integer_spine([day_count, 1] | max) }}) as day_numbers
+    where n < {{ day_count }}
+{% endmacro %}
