@@ -259,7 +259,7 @@ def build_step(
     overrides = {k: v for k, v in extra_vars.items() if k not in dbt.RUN_VARS}
     args = dbt.dbt_args(
         target,
-        ["build", "--select", source(job_name).selector],
+        ["build", *source(job_name).selection],
         window=window,
         extra_vars=overrides,
         quiet=quiet,
@@ -299,20 +299,33 @@ def _with_unpublished_days(target: Target, src: Source, window: tuple[date, date
 
 
 def _first_build_window(target: Target, src: Source, summary: RunSummary) -> tuple[date, date]:
+    """A first build covers every day loaded so far, not only the window.
+
+    The first day is read off the raw lines' event time (the lines are decoded later, by
+    dbt): not before a month ahead of the first arrival, so that a garbage timestamp cannot
+    start the history in 2001. Older days, if any, show in <source>_late_arrivals and are
+    restated explicitly.
+    """
     window = summary.window
+    event_at = project_vars()["landing_sources"][src.name]["event_at"]
     with Warehouse(target) as wh:
         if wh.relation_exists(target.schema, src.mart):
             return window
-        # First build: every day loaded so far, not only the window; but not before a month
-        # ahead of the first arrival (a garbage timestamp must not start the history in 2001).
-        # Older days, if any, show in <source>_late_arrivals and are restated explicitly.
         raw = f"{target.landing_schema}.{src.table}"
+        day = wh.regexp_extract("raw_line", f'"{event_at}"[ ]*:[ ]*"([0-9]{{4}}-[0-9]{{2}}-[0-9]{{2}})T')
         first = wh.scalar(
-            f"select min({src.event_time}) from {raw} where decode_error is null "
-            f"and batch_completed_at <= %s and {src.event_time} >= "
-            f"(select min(batch_arrived_at) from {raw}) - interval '{FIRST_BUILD_LOOKBACK_DAYS} days'",
-            (summary.as_of,),
+            f"select min(event_day) from (select {day} as event_day from {raw}) as days "
+            "where event_day >= %s and event_day < %s",
+            (
+                str(_first_arrival_day(wh, raw) - timedelta(days=FIRST_BUILD_LOOKBACK_DAYS)),
+                str(window[1]),
+            ),
         )
-    if first is not None and first.date() < window[0]:
-        return first.date(), window[1]
+    if first is not None and date.fromisoformat(first) < window[0]:
+        return date.fromisoformat(first), window[1]
     return window
+
+
+def _first_arrival_day(wh: Warehouse, raw: str) -> date:
+    first = wh.scalar(f"select min(batch_id) from {raw}")
+    return date.fromisoformat(first[:10]) if first else date.max - timedelta(days=FIRST_BUILD_LOOKBACK_DAYS)

@@ -39,7 +39,7 @@ def published_relations(target: Target, job: str) -> list[Published]:
 
     A model with `meta: {publish: {by_day: <date column>}}` is published for the run's days,
     one with `meta: {publish: whole}` whole; a job publishes the models tagged with its
-    source. Read from the manifest of the run's own dbt build.
+    source and the shared ones. Read from the manifest of the run's own dbt build.
     """
     path = target.state_dir / "target" / "manifest.json"
     try:
@@ -51,7 +51,8 @@ def published_relations(target: Target, job: str) -> list[Published]:
     relations = []
     for node in manifest["nodes"].values():
         rule = node.get("config", {}).get("meta", {}).get("publish")
-        if node["resource_type"] != "model" or rule is None or job not in node.get("tags", []):
+        tags = node.get("tags", [])
+        if node["resource_type"] != "model" or rule is None or not (job in tags or "shared" in tags):
             continue
         by_day = rule.get("by_day") if isinstance(rule, dict) else None
         if rule != "whole" and by_day is None:

@@ -5,7 +5,6 @@ The same RunSummary is the Prefect flows' log and final state, and the run audit
 
 from __future__ import annotations
 
-import re
 import uuid
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
@@ -125,14 +124,6 @@ class RunSummary:
         return out
 
 
-def _reason_kind(reason: str | None) -> str:
-    """A dead-letter reason without the offending value, for counting by kind."""
-    parts = (reason or "unknown").split("; ")[0].split(": ")
-    text = parts[0] if parts[0] == "invalid JSON" else ": ".join(parts[:2])
-    text = re.sub(r" ?'[^']*'", "", text)
-    return re.sub(r"^(unknown \w+) .*$", r"\1", text)
-
-
 def _failing_rows(wh: Warehouse, relation: str, limit: int = 5) -> list[str]:
     """The first rows a failed test stored (store_failures): the day and the figures."""
     try:
@@ -164,13 +155,12 @@ def read_back(wh: Warehouse, summary: RunSummary) -> None:
     batch_ids = [r.batch_id for r in summary.load.loaded]
     if batch_ids and wh.relation_exists(schema, job.dead_letters):
         marks = ", ".join(["%s"] * len(batch_ids))
-        for reason, n in wh.query(
-            f"select dead_letter_reason, count(*) from {schema}.{job.dead_letters} "
+        for kind, n in wh.query(
+            f"select dead_letter_kind, count(*) from {schema}.{job.dead_letters} "
             f"where batch_id in ({marks}) group by 1",
             batch_ids,
         ):
-            key = _reason_kind(reason)
-            summary.dead_letters[key] = summary.dead_letters.get(key, 0) + int(n)
+            summary.dead_letters[kind] = int(n)
     if wh.relation_exists(schema, "arrival_lateness"):
         row = wh.query(
             f"select delay_p99_hours, delay_p999_hours, configured_window_days, "

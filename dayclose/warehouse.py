@@ -9,15 +9,14 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator, Sequence
-from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from dayclose.errors import Unavailable, WarehouseBusy
 from dayclose.settings import Target
 
 
 class Warehouse:
-    """A connection with `%s` parameters on both engines and one bulk CSV load."""
+    """A connection with `%s` parameters on both engines."""
 
     def __init__(self, target: Target):
         self.target = target
@@ -66,6 +65,12 @@ class Warehouse:
             cur.execute(sql)
             return [d[0] for d in cur.description], cur.fetchall()
 
+    def regexp_extract(self, expression: str, pattern: str) -> str:
+        """SQL: the first capture group of `pattern` in `expression` (null when it does not match)."""
+        if self.kind == "duckdb":
+            return f"nullif(regexp_extract({expression}, '{pattern}', 1), '')"
+        return f"substring({expression} from '{pattern}')"
+
     def scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
         rows = self.query(sql, params)
         return rows[0][0] if rows else None
@@ -81,23 +86,21 @@ class Warehouse:
             raise
         self.execute("commit")
 
-    def copy_csv(self, table: str, columns: Sequence[tuple[str, str]], path: Path) -> None:
-        """The engine's own bulk load of a CSV file written by the loader (NULL is \\N).
-
-        `columns` are (name, SQL type) pairs in the file's order.
-        """
-        cols = ", ".join(name for name, _ in columns)
+    @property
+    def data_errors(self) -> tuple[type[Exception], ...]:
+        """The engine's errors about the data a statement read (not about the engine or the connection)."""
         if self.kind == "duckdb":
-            self._conn.execute(
-                f"insert into {table} ({cols}) select * from read_csv(?, header = false, "
-                "delim = ',', quote = '\"', escape = '\"', nullstr = '\\N', "
-                "allow_quoted_nulls = false, auto_detect = false, "
-                f"columns = {{{', '.join(repr(n) + ': ' + repr(t) for n, t in columns)}}})",
-                [str(path)],
-            )
-        else:
-            with self._conn.cursor() as cur, open(path, encoding="utf-8") as fh:
-                cur.copy_expert(f"copy {table} ({cols}) from stdin with (format csv, null '\\N')", fh)
+            import duckdb
+
+            return (duckdb.InvalidInputException, duckdb.ConversionException)
+        import psycopg2
+
+        return (psycopg2.DataError,)
+
+    def copy_from(self, sql: str, fileobj: IO[bytes]) -> None:
+        """Postgres COPY ... FROM STDIN, streaming `fileobj` (its bytes go to the server as they are)."""
+        with self._conn.cursor() as cur:
+            cur.copy_expert(sql, fileobj)
 
     # -- catalogue ------------------------------------------------------------------
     def relation_exists(self, schema: str, name: str) -> bool:

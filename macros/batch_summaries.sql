@@ -8,7 +8,8 @@
 {#
     The loaded batches each source still has to summarize into the incremental
     model being built (int_batches_summarized): those seen at this run's as-of
-    whose loaded version (manifest) `this` has no summary of.
+    whose loaded version (manifest) `this` has no summary of, and that the source's
+    events model has registered already.
     {source_name: ['YYYY-MM-DDTHH', ...]}; empty while parsing and on a first
     build (which summarizes every batch without a list).
 #}
@@ -16,9 +17,11 @@
     {%- set loads = ref('stg_landing__batch_loads') -%}
     {%- set to_summarize = {} -%}
     {%- if execute and is_incremental() -%}
+        {%- set registered = dayclose.events_registered_through() -%}
         {%- set rows = run_query(
             "select source_name, batch_id from " ~ loads ~ " as loads"
             ~ " where is_loaded and batch_completed_at <= " ~ dayclose.as_of_at()
+            ~ " and (" ~ (dayclose.registered_condition(registered) or '1 = 0') ~ ")"
             ~ " and not exists (select 1 from " ~ this ~ " as summaries"
             ~ " where summaries.source_name = loads.source_name"
             ~ " and summaries.batch_id = loads.batch_id"
@@ -47,4 +50,17 @@
         ) -%}
     {%- endfor -%}
     {{- '(' ~ terms | join(' or ') ~ ')' if terms else '1 = 0' -}}
+{%- endmacro %}
+
+
+{# SQL condition on (source_name, batch_completed_at): the source's events model has registered the batch. #}
+{% macro registered_condition(registered) -%}
+    {%- set terms = [] -%}
+    {%- for source_name, through in registered.items() -%}
+        {%- do terms.append(
+            "(source_name = '" ~ source_name ~ "' and batch_completed_at <= "
+            ~ dayclose.timestamp_literal(through) ~ ")"
+        ) -%}
+    {%- endfor -%}
+    {{- terms | join(' or ') -}}
 {%- endmacro %}

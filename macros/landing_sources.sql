@@ -44,10 +44,11 @@
 
 
 {#
-    Every valid event of one landing source, reduced to what lateness is measured
-    from: a select of (source_name, batch_id, event_key, event_at, received_at,
-    event_date) over the source's validated lines (its registry entry's lines_model),
-    event_key the source's stable event id as text (key columns joined by '/').
+    Every valid event of one landing source once, at its first arrival, reduced to what
+    lateness is measured from: a select of (source_name, batch_id, event_key, event_at,
+    received_at, event_date) over the source's events_model, event_key the source's
+    stable event id as text (key columns joined by '/'). A source whose events model was
+    never built (its job has not run in this warehouse) has no arrivals yet.
 
     Read one source at a time, never through a union of all sources: Postgres does
     not flatten such a union when the branches' types differ, and then plans a
@@ -56,6 +57,10 @@
 #}
 {% macro source_arrivals(source_name) %}
     {%- set entry = dayclose.landing_source(source_name) -%}
+    {%- set events = ref(entry['events_model']) -%}
+    {%- if execute and load_relation(events) is none -%}
+        {{ return(dayclose.no_arrivals()) }}
+    {%- endif -%}
     {%- set key_parts = [] -%}
     {%- for column in entry['event_key'] -%}
         {%- do key_parts.append(dbt.cast(column, dbt.type_string())) -%}
@@ -68,20 +73,19 @@
         {{ entry['event_at'] }} as event_at,
         received_at,
         {{ entry['event_date'] }} as event_date
-    from {{ ref(entry['lines_model']) }}
-    where is_valid
+    from {{ events }}
 {% endmacro %}
 
 
 {#
     The columns of source_arrivals and no rows, read from nothing: what a model renders
     when it has nothing to read, so that no engine starts a scan (or parallel workers)
-    for it. It depends on every source's arrivals all the same, so dbt orders the model
+    for it. It depends on every source's events all the same, so dbt orders the model
     after them whatever it reads when it runs.
 #}
 {% macro no_arrivals() %}
     {%- for source_name in dayclose.landing_sources() -%}
-        {%- do dayclose.source_arrivals(source_name) -%}
+        {%- do ref(dayclose.landing_source(source_name)['events_model']) -%}
     {%- endfor %}
     select
         cast(null as {{ dbt.type_string() }}) as source_name,
@@ -91,4 +95,28 @@
         cast(null as {{ dbt.type_timestamp() }}) as received_at,
         cast(null as date) as event_date
     where 1 = 0
+{% endmacro %}
+
+
+{#
+    How far each source's events model has registered the landing: {source_name:
+    'YYYY-MM-DD HH:MM:SS'}, the end of the latest batch that brought a first arrival.
+    Sources whose events model does not exist yet are missing. Empty while parsing.
+#}
+{% macro events_registered_through() %}
+    {%- set through = {} -%}
+    {%- if execute -%}
+        {%- for source_name in dayclose.landing_sources() -%}
+            {%- set events = ref(dayclose.landing_source(source_name)['events_model']) -%}
+            {%- if load_relation(events) is not none -%}
+                {%- set value = run_query(
+                    "select cast(max(batch_completed_at) as " ~ dbt.type_string() ~ ") from " ~ events
+                ).columns[0].values()[0] -%}
+                {%- if value -%}
+                    {%- do through.update({source_name: value[:19]}) -%}
+                {%- endif -%}
+            {%- endif -%}
+        {%- endfor -%}
+    {%- endif -%}
+    {{ return(through) }}
 {% endmacro %}

@@ -51,20 +51,11 @@
 {% macro settled_days_to_count() -%}
     {%- set measured = dayclose.measured_days_range() -%}
     {%- set all_days = dayclose.days_between(measured[0], measured[1]) -%}
-    {%- set loads = ref('stg_landing__batch_loads') -%}
     {%- set to_count = {} -%}
     {%- set counted = {} -%}
-    {%- set loaded_through = {} -%}
-    {%- if execute -%}
-        {#- a day is counted only once its source has loaded batches up to its horizon: a job
-            that runs before another source's job must not count that source's day short -#}
-        {%- for row in run_query(
-            "select source_name, cast(max(batch_completed_at) as " ~ dbt.type_string() ~ ") from " ~ loads
-            ~ " where is_loaded and batch_completed_at <= " ~ dayclose.as_of_at() ~ " group by source_name"
-        ) -%}
-            {%- do loaded_through.update({row[0]: row[1][:10]}) -%}
-        {%- endfor -%}
-    {%- endif -%}
+    {#- a day is counted only once its source's first arrivals reach its horizon: a job
+        that runs before another source's job must not count that source's day short -#}
+    {%- set loaded_through = dayclose.events_registered_through() -%}
     {%- if execute and is_incremental() -%}
         {%- set rows = run_query(
             "select distinct source_name, cast(event_date as " ~ dbt.type_string() ~ ") from " ~ this
@@ -97,7 +88,7 @@
 {#
     Each event of the given days once, at its first arrival: a select of
     (source_name, event_key, event_date, event_at, received_at) over the sources'
-    arrivals (source_arrivals). `days_by_source` is {source_name: ['YYYY-MM-DD', ...]};
+    first arrivals (source_arrivals). `days_by_source` is {source_name: ['YYYY-MM-DD', ...]};
     with `within_settle_days`, only arrivals within lateness_settle_days of the end
     of the event's day count.
 
@@ -119,8 +110,8 @@
         source_name,
         event_key,
         event_date,
-        min(event_at) as event_at,
-        min(received_at) as received_at
+        event_at,
+        received_at
     from ({{ dayclose.source_arrivals(source_name) }}) as arrivals
     where
         event_at >= {{ dayclose.timestamp_literal(day ~ ' 00:00:00') }}
@@ -128,7 +119,6 @@
         {%- if within_settle_days %}
         and received_at < {{ dayclose.timestamp_literal(horizon ~ ' 00:00:00') }}
         {%- endif %}
-    group by source_name, event_key, event_date
             {%- endset -%}
             {%- do selects.append(one_day) -%}
         {%- endfor -%}

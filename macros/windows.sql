@@ -23,3 +23,14 @@
     from ({{ dayclose.integer_spine([day_count, 1] | max) }}) as day_numbers
     where n < {{ day_count }}
 {% endmacro %}
+
+
+{#
+    The `begin` of the daily microbatch models: the first day a build reads when dayclose
+    does not give it days (plain dbt, a first build or a full refresh): late_arrival_scan_days
+    before the as-of day, never a fixed date years back. dayclose's own runs always pass
+    the days to build (--event-time-start/--event-time-end), from the first day with data.
+#}
+{% macro microbatch_begin() %}
+    {{ return(dayclose.as_of_day_offset(-var('late_arrival_scan_days'))) }}
+{% endmacro %}

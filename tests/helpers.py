@@ -6,7 +6,7 @@ import calendar
 import hashlib
 import json
 import time
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
@@ -121,29 +121,39 @@ def good_units(target: Target) -> dict[tuple[str, str], int]:
     return {(str(d), s): int(n) for d, s, n in rows}
 
 
-def valid_sales_first_arrivals(landing: Path) -> dict[str, tuple[datetime, datetime]]:
-    """Each valid sale's (sold_at, first received_at), read straight from the landing files.
+def valid_sales_first_arrivals(landing: Path) -> dict[str, tuple[datetime, datetime, Decimal]]:
+    """Each valid sale's (sold_at, first received_at, amount), read straight from the landing files.
 
-    Valid as the models define it: decodable, a known shop, 0 <= amount <= max_sale_amount,
-    sold_at not after received_at. An independent reading to check the models against.
+    Valid as the contract and the models define it (a generated landing holds only simple
+    cases): a flat JSON object of the five fields, a known shop, 0 <= amount <=
+    max_sale_amount, sold_at not after received_at. An independent reading to check the
+    models against: first arrival = earliest batch, then received_at.
     """
-    from dayclose.loader.decode import decode_line
-    from dayclose.sources import SALES
-
     shops_csv = Path(__file__).resolve().parent.parent / "seeds" / "shops.csv"
     shops = {line.split(",")[0] for line in shops_csv.read_text().splitlines()[1:]}
-    first: dict[str, tuple[datetime, datetime]] = {}
+    fields = {"event_id", "shop_id", "sold_at", "received_at", "amount"}
+    first: dict[str, tuple[str, datetime, datetime, Decimal]] = {}
     for part in sorted((landing / "sales").glob("*/part-*.jsonl")):
+        batch = part.parent.name
         for line in part.read_text().splitlines():
-            values, error = decode_line(SALES, line)
-            if error or values[1] not in shops or not 0 <= Decimal(values[4]) <= 100_000:
+            try:
+                doc = json.loads(line)
+                sold = datetime.fromisoformat(doc["sold_at"]).astimezone(UTC).replace(tzinfo=None)
+                received = datetime.fromisoformat(doc["received_at"]).astimezone(UTC).replace(tzinfo=None)
+                amount = Decimal(doc["amount"])
+            except (ValueError, KeyError, TypeError, ArithmeticError):
                 continue
-            sold, received = datetime.fromisoformat(values[2]), datetime.fromisoformat(values[3])
-            if sold > received:
+            if (
+                set(doc) != fields
+                or doc["shop_id"] not in shops
+                or not 0 <= amount <= 100_000
+                or sold > received
+            ):
                 continue
-            if values[0] not in first or received < first[values[0]][1]:
-                first[values[0]] = (sold, received)
-    return first
+            known = first.get(doc["event_id"])
+            if known is None or (batch, received) < (known[0], known[2]):
+                first[doc["event_id"]] = (batch, sold, received, amount)
+    return {event: values[1:] for event, values in first.items()}
 
 
 def add_part(landing: Path, hour: str, lines: list[str], source: str = "sales") -> None:

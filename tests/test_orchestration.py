@@ -23,6 +23,7 @@ from dayclose import prefect_tasks
 from dayclose.errors import WarehouseBusy
 from dayclose.generate import generate_sales, read_sales_truth
 from dayclose.jobs import run_nightly
+from dayclose.loader import load as load_module
 from dayclose.settings import PROJECT_DIR, Target
 from dayclose.warehouse import Warehouse
 from tests.helpers import sale, table, ts, write_batch
@@ -76,16 +77,16 @@ def test_retry_after_a_partly_written_load_ends_at_1x(
 
     monkeypatch.setattr(prefect_tasks, "RETRIES", 2)
     monkeypatch.setattr(prefect_tasks, "BACKOFF_SECONDS", 0.01)
-    real_copy = Warehouse.copy_csv
+    real_ingest = load_module.ingest_file
     failures = {"left": 1}
 
-    def copy_then_fail(self, table_name, columns, path):
-        real_copy(self, table_name, columns, path)  # the rows are written ...
+    def ingest_then_fail(wh, table_name, batch_id, file_name, path):
+        real_ingest(wh, table_name, batch_id, file_name, path)  # the rows are written ...
         if failures["left"]:
             failures["left"] -= 1
             raise RuntimeError("serializable isolation violation (injected)")  # ... then the load dies
 
-    monkeypatch.setattr(Warehouse, "copy_csv", copy_then_fail)
+    monkeypatch.setattr(load_module, "ingest_file", ingest_then_fail)
     state = sales_nightly(
         as_of="2026-11-25T00:30", target=engine.name, landing=str(landing), return_state=True
     )

@@ -98,11 +98,11 @@ def test_garbage_dead_lettered_and_count_untouched(engine: Target, landing: Path
         1: "unknown line_id L-999-1",
         2: "unknown sku MYSTERY-BREW",
         3: letters[3],
-        4: "plc_seq: not an integer: '103a'",
+        4: 'plc_seq: not an integer from 0 to 9223372036854775807: "103a"',
         5: "event_at before the line was commissioned",
         6: "event_at after received_at",
         7: "verdict not in (good, reject): maybe",
-        8: "temperature_c: not a number: 'ERR'",
+        8: 'temperature_c: not a finite number: "ERR"',
         9: letters[9],
     }
     assert letters[3].startswith("missing field plc_seq") and "missing field verdict" in letters[3]

@@ -1,4 +1,4 @@
-"""The one loader: complete batches of the landing into the warehouse, idempotent by batch."""
+"""The one loader: complete batches of the landing into the warehouse's raw tables, idempotent by batch."""
 
 from dayclose.loader.contract import (
     MARKER,
@@ -8,18 +8,19 @@ from dayclose.loader.contract import (
     missing_markers,
     pending_summary,
 )
-from dayclose.loader.load import RECHECK_DAYS, LoadReport, ensure_landing, load_source, load_workers
+from dayclose.loader.ingest import ensure_landing
+from dayclose.loader.load import RECHECK_DAYS, BatchResult, LoadReport, load_source
 
 __all__ = [
     "MARKER",
     "RECHECK_DAYS",
     "Batch",
+    "BatchResult",
     "LoadReport",
     "ManifestMismatch",
     "discover",
     "ensure_landing",
     "load_source",
-    "load_workers",
     "missing_markers",
     "pending_summary",
 ]

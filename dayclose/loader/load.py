@@ -1,42 +1,42 @@
-"""The one loader, parameterised by source (the contract: dayclose.loader.contract).
+"""The one loader, parameterised by source: complete batches into the raw tables, idempotent.
 
 The loader's promises:
 - a batch without _SUCCESS is not loaded (it waits for a later run);
-- a batch whose files disagree with its manifest is refused whole, with a message
-  naming the batch and the mismatch; the other batches still load;
-- every line of a loaded batch lands in the source's raw table, decoded into typed
-  columns or, when it cannot be decoded, with a `decode_error`; dbt then routes
-  every invalid line to the dead-letter model. Nothing is dropped here;
-- a batch is written in one transaction (delete the batch, insert it, record it in
-  the load ledger), so loading it twice, or retrying after a failure half way,
-  leaves exactly one copy.
+- every file of a batch is checked against the manifest (its line count and sha256, no file
+  missing or extra) before anything of the batch is written; a batch that disagrees is
+  refused whole, with a message naming the batch and the mismatch, and the other batches
+  still load;
+- every line of a loaded batch lands in the source's raw table exactly as it came, with its
+  file and line number: the engine reads the files itself (dayclose.loader.ingest), Python
+  only reads each file's bytes once to check them (dayclose.loader.prepass). Decoding and
+  validation are the dbt models' work; nothing is dropped here;
+- a batch is written in one transaction (delete the batch, insert its lines, check their
+  count, record it in the load ledger), so loading it twice, or retrying after a failure
+  half way, leaves exactly one copy.
 """
 
 from __future__ import annotations
 
 import contextlib
-import csv
-import hashlib
-import multiprocessing
 import os
-import re
 import shutil
 import tempfile
 import time
-from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
+from dayclose.dates import utc_now
 from dayclose.loader.contract import Batch, ManifestMismatch, data_files, discover, marker_sha, read_manifest
-from dayclose.loader.decode import NULL, decode_line
+from dayclose.loader.ingest import ensure_landing, ingest_file, put_back
+from dayclose.loader.prepass import FileScan, sanitize, scan
 from dayclose.sources import SOURCES, Source
 from dayclose.warehouse import Warehouse
 
 RECHECK_DAYS = 35  # loaded batches younger than this are checked for a changed manifest
+LOOK_AHEAD = 2  # batches checked ahead of the one being written
 
 
 @dataclass
@@ -44,7 +44,7 @@ class BatchResult:
     batch_id: str
     status: str  # loaded | replaced | refused
     rows: int = 0
-    decode_errors: int = 0
+    byte_errors: int = 0
     message: str = ""
 
 
@@ -71,297 +71,202 @@ class LoadReport:
         return sum(r.rows for r in self.loaded)
 
 
-LEDGER_COLUMNS = """
-    source_name varchar not null,
-    batch_id varchar not null,
-    status varchar not null,
-    manifest_sha256 varchar,
-    files integer,
-    rows_loaded bigint,
-    decode_errors bigint,
-    batch_arrived_at timestamp,
-    loaded_at timestamp not null,
-    message varchar,
-    primary key (source_name, batch_id)
-"""
+@dataclass
+class CheckedFile:
+    """A file of a batch, checked: what the engine reads, and the lines to put back after."""
+
+    name: str
+    scan: FileScan
+    read_path: Path  # the file itself, or its sanitized copy
+    replaced: list[tuple[int, bytes]] = field(default_factory=list)
 
 
-def ensure_landing(wh: Warehouse) -> None:
-    """Create the landing schema, every source's raw table and the shared load ledger.
+@dataclass
+class CheckedBatch:
+    """A batch checked against its manifest, ready to write, or the reason it is refused."""
 
-    All sources at once: the lateness models read every source, so a warehouse that has
-    only ever loaded sales still has an (empty) units table.
+    batch: Batch
+    sha: str | None
+    files: list[CheckedFile] = field(default_factory=list)
+    problem: str | None = None
+
+    @property
+    def rows(self) -> int:
+        return sum(f.scan.lines for f in self.files)
+
+
+def check_batch(batch: Batch, spool: Path) -> CheckedBatch:
+    """Read every file of a complete batch once: manifest, line counts, sha256, cleanliness.
+
+    Pure file work, no warehouse: the loader runs it ahead, in a thread, while it writes
+    the batch before.
     """
-    schema = wh.target.landing_schema
-    wh.execute(f"create schema if not exists {schema}")
-    wh.execute(f"create table if not exists {schema}.load_ledger ({LEDGER_COLUMNS})")
-    for spec in SOURCES.values():
-        cols = ",\n    ".join(f"{name} {sqltype}" for name, sqltype in spec.columns)
-        wh.execute(f"create table if not exists {schema}.{spec.table} (\n    {cols}\n)")
-        if wh.kind == "postgres":
-            # The nightly window reads by event time, the lateness models by arrival time:
-            # both must stay proportional to the window, not to the history.
-            for col in (spec.event_time, spec.arrival_time, "batch_id"):
-                wh.execute(
-                    f"create index if not exists {spec.table}_{col}_idx on {schema}.{spec.table} ({col})"
-                )
+    try:
+        manifest, sha = read_manifest(batch)
+    except (ManifestMismatch, OSError) as exc:
+        return CheckedBatch(batch, None, problem=str(exc))
+    try:
+        present = data_files(batch)
+        missing = sorted(set(manifest) - set(present))
+        extra = sorted(set(present) - set(manifest))
+        if missing:
+            raise ManifestMismatch(f"{', '.join(missing)} listed in _SUCCESS but not in the folder")
+        if extra:
+            raise ManifestMismatch(f"{', '.join(extra)} in the folder but not listed in _SUCCESS")
+        checked = CheckedBatch(batch, sha)
+        for name in present:
+            path = batch.path / name
+            found = scan(path)
+            expected = manifest[name]
+            if found.lines != expected["rows"]:
+                raise ManifestMismatch(f"{name} has {found.lines} lines, _SUCCESS says {expected['rows']}")
+            if found.sha256 != expected["sha256"]:
+                raise ManifestMismatch(f"{name} sha256 {found.sha256[:12]}... differs from _SUCCESS")
+            file = CheckedFile(name, found, path)
+            if not found.clean:
+                file.read_path = spool / f"{batch.source}-{batch.batch_id}-{name}"
+                file.replaced = sanitize(path, file.read_path, long_lines="long" in found.problems)
+            checked.files.append(file)
+    except (ManifestMismatch, OSError) as exc:
+        return CheckedBatch(batch, sha, problem=str(exc))
+    return checked
 
 
-def _iter_lines(path: Path, digest: hashlib._Hash) -> Iterator[tuple[int, str, str | None]]:
-    """(line number, text, encoding error) for each line, hashing the bytes as they pass."""
-    with open(path, "rb") as fh:
-        for number, raw in enumerate(fh, start=1):
-            digest.update(raw)
-            body = raw[:-1] if raw.endswith(b"\n") else raw
-            if body.endswith(b"\r"):
-                body = body[:-1]
-            try:
-                text = body.decode("utf-8")
-                problem = None
-            except UnicodeDecodeError:
-                text = body.decode("utf-8", errors="replace")
-                problem = "not valid UTF-8"
-            if "\x00" in text:
-                text = text.replace("\x00", "\ufffd")
-                problem = "contains a NUL byte"
-            yield number, text, problem
+def write_batch(
+    wh: Warehouse, source: Source, checked: CheckedBatch, previous_sha: str | None
+) -> BatchResult:
+    """Write a checked batch in one transaction (replacing any earlier copy), or refuse it."""
+    batch = checked.batch
+    if checked.problem is not None:
+        return _refuse(wh, source, batch, checked.sha, checked.problem, previous_sha)
+    status = "replaced" if previous_sha is not None else "loaded"
+    message = "manifest changed since the last load; batch replaced" if previous_sha else ""
+    try:
+        byte_errors = _write(wh, source, checked, message)
+    except ManifestMismatch as exc:
+        return _refuse(wh, source, batch, checked.sha, str(exc), previous_sha)
+    except wh.data_errors as exc:  # the engine refused the bytes: this batch waits, the others load
+        reason = f"the {wh.kind} reader failed: " + " ".join(str(exc).split())[:500]
+        return _refuse(wh, source, batch, checked.sha, reason, previous_sha)
+    return BatchResult(batch.batch_id, status, checked.rows, byte_errors, message)
 
 
-def _spool_batch(spec: Source, batch: Batch, manifest: dict[str, dict], spool) -> tuple[int, int]:
-    """Decode every line of the batch into the CSV spool; check files against the manifest."""
-    present = data_files(batch)
-    missing = sorted(set(manifest) - set(present))
-    extra = sorted(set(present) - set(manifest))
-    if missing:
-        raise ManifestMismatch(f"{', '.join(missing)} listed in _SUCCESS but not in the folder")
-    if extra:
-        raise ManifestMismatch(f"{', '.join(extra)} in the folder but not listed in _SUCCESS")
-    writer = csv.writer(spool, lineterminator="\n")
-    arrived = batch.arrived_at.strftime("%Y-%m-%d %H:%M:%S")
-    completed = batch.completed_at.strftime("%Y-%m-%d %H:%M:%S")
-    rows = errors = 0
-    for name in present:
-        digest = hashlib.sha256()
-        count = 0
-        for number, text, problem in _iter_lines(batch.path / name, digest):
-            values, error = (
-                decode_line(spec, text) if problem is None else ([NULL] * len(spec.fields), problem)
+def _write(wh: Warehouse, source: Source, checked: CheckedBatch, message: str) -> int:
+    """The batch's lines and ledger row in one transaction; the number of lines that are not text."""
+    batch = checked.batch
+    relation = f"{wh.target.landing_schema}.{source.table}"
+    byte_errors = 0
+    with wh.transaction():
+        wh.execute(f"delete from {relation} where batch_id = %s", (batch.batch_id,))
+        for file in checked.files:
+            if file.scan.lines == 0:
+                continue
+            ingest_file(wh, source.table, batch.batch_id, file.name, file.read_path)
+            if file.replaced:
+                spool = file.read_path.with_name(file.read_path.name + ".put-back.csv")
+                byte_errors += put_back(wh, source.table, batch.batch_id, file.name, file.replaced, spool)
+        written = wh.scalar(f"select count(*) from {relation} where batch_id = %s", (batch.batch_id,))
+        if written != checked.rows:  # a file changed under us since it was checked
+            raise ManifestMismatch(
+                f"{written} lines read from the files, {checked.rows} checked against _SUCCESS"
             )
-            if error is not None:
-                errors += 1
-            writer.writerow(
-                [
-                    batch.batch_id,
-                    arrived,
-                    completed,
-                    name,
-                    number,
-                    text,
-                    NULL if error is None else error,
-                    *values,
-                ]
-            )
-            count = number
-        expected = manifest[name]
-        if count != expected["rows"]:
-            raise ManifestMismatch(f"{name} has {count} lines, _SUCCESS says {expected['rows']}")
-        if digest.hexdigest() != expected["sha256"]:
-            raise ManifestMismatch(f"{name} sha256 {digest.hexdigest()[:12]}... differs from _SUCCESS")
-        rows += count
-    return rows, errors
+        _record(
+            wh, source, batch, "loaded", checked.sha, len(checked.files), checked.rows, byte_errors, message
+        )
+    return byte_errors
 
 
 def _record(
     wh: Warehouse,
-    spec: Source,
+    source: Source,
     batch: Batch,
     status: str,
     sha: str | None,
     files: int,
     rows: int,
-    errors: int,
+    byte_errors: int,
     message: str,
 ) -> None:
     ledger = f"{wh.target.landing_schema}.load_ledger"
-    wh.execute(f"delete from {ledger} where source_name = %s and batch_id = %s", (spec.name, batch.batch_id))
+    wh.execute(
+        f"delete from {ledger} where source_name = %s and batch_id = %s", (source.name, batch.batch_id)
+    )
     wh.execute(
         f"insert into {ledger} (source_name, batch_id, status, manifest_sha256, files, "
-        "rows_loaded, decode_errors, batch_arrived_at, loaded_at, message) "
+        "rows_loaded, byte_errors, batch_arrived_at, loaded_at, message) "
         "values (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
         (
-            spec.name,
+            source.name,
             batch.batch_id,
             status,
             sha,
             files,
             rows,
-            errors,
+            byte_errors,
             batch.arrived_at,
-            datetime.now(UTC).replace(tzinfo=None),
+            utc_now(),
             message,
         ),
     )
 
 
-@dataclass(frozen=True)
-class Spooled:
-    """A batch decoded into a CSV spool file, or the reason it is refused."""
-
-    path: str | None
-    sha: str | None
-    files: int = 0
-    rows: int = 0
-    errors: int = 0
-    problem: str | None = None
-
-
-def spool_batch(spec: Source, batch: Batch, spool_dir: str | None = None) -> Spooled:
-    """Check a complete batch against its manifest and decode it into a spool file.
-
-    Pure file work, no warehouse: the loader runs it in worker processes, several
-    batches at a time, while it writes the batches already decoded.
-    """
-    try:
-        manifest, sha = read_manifest(batch)
-    except (ManifestMismatch, OSError) as exc:
-        return Spooled(None, None, problem=str(exc))
-    fd, path = tempfile.mkstemp(prefix=f"{spec.name}-{batch.batch_id}-", suffix=".csv", dir=spool_dir)
-    try:
-        with open(fd, "w", encoding="utf-8", newline="") as fh:
-            rows, errors = _spool_batch(spec, batch, manifest, fh)
-    except (ManifestMismatch, OSError) as exc:
-        os.unlink(path)
-        return Spooled(None, sha, len(manifest), problem=str(exc))
-    except BaseException:
-        os.unlink(path)
-        raise
-    return Spooled(path, sha, len(manifest), rows, errors)
-
-
-def write_batch(
-    wh: Warehouse, spec: Source, batch: Batch, spooled: Spooled, previous_sha: str | None
-) -> BatchResult:
-    """Write a spooled batch in one transaction (replacing any earlier copy), or refuse it."""
-    if spooled.path is None:
-        return _refuse(wh, spec, batch, spooled.sha, spooled.problem or "unreadable", previous_sha)
-    schema = wh.target.landing_schema
-    try:
-        with wh.transaction():
-            wh.execute(f"delete from {schema}.{spec.table} where batch_id = %s", (batch.batch_id,))
-            wh.copy_csv(f"{schema}.{spec.table}", spec.columns, Path(spooled.path))
-            status = "replaced" if previous_sha is not None else "loaded"
-            message = "manifest changed since the last load; batch replaced" if previous_sha else ""
-            _record(
-                wh, spec, batch, "loaded", spooled.sha, spooled.files, spooled.rows, spooled.errors, message
-            )
-    finally:
-        os.unlink(spooled.path)
-    return BatchResult(batch.batch_id, status, spooled.rows, spooled.errors, message)
-
-
-def _spool_dir() -> str | None:
-    return os.environ.get("DAYCLOSE_SPOOL_DIR")
-
-
-def load_workers() -> int:
-    """Decoding processes: DAYCLOSE_LOAD_WORKERS, else one per CPU (at most 4); 1 decodes inline."""
-    configured = os.environ.get("DAYCLOSE_LOAD_WORKERS")
-    if configured:
-        if not configured.strip().isdigit():
-            raise ValueError(f"DAYCLOSE_LOAD_WORKERS={configured!r}: expected a whole number (1: no workers)")
-        return max(1, int(configured))
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, min(cpus or 1, 4))
-
-
-def _load_in_order(
-    wh: Warehouse, spec: Source, todo: list[tuple[Batch, str | None]]
-) -> Iterator[BatchResult]:
-    """Load batches oldest first; decode ahead in worker processes when there are several."""
-    workers = min(load_workers(), len(todo))
-    # one spool folder per load, removed at the end whatever happened (a worker killed half
-    # way through a file, a failed write, a cancelled run)
-    spool_dir = tempfile.mkdtemp(prefix=f"dayclose-{spec.name}-", dir=_spool_dir())
-    # spawn, not fork: the parent holds a warehouse connection (and DuckDB its threads)
-    spawn = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(workers, mp_context=spawn) if workers > 1 else None
-    queue: deque[tuple[Batch, str | None, Future[Spooled] | None]] = deque()
-    items = iter(todo)
-
-    def submit() -> None:
-        item = next(items, None)
-        if item is None:
-            return
-        future = None
-        if pool is not None:
-            with contextlib.suppress(BrokenProcessPool):  # then decoded here, at its turn
-                future = pool.submit(spool_batch, spec, item[0], spool_dir)
-        queue.append((*item, future))
-
-    try:
-        for _ in range(workers + 1):  # bounded look-ahead: workers + 1 batches decoded ahead
-            submit()
-        while queue:
-            batch, previous, future = queue.popleft()
-            # no worker, or it could not start (a script without an `if __name__ == "__main__":`
-            # guard, under spawn) or died: decode the batch in this process
-            spooled = _decoded(future) or spool_batch(spec, batch, spool_dir)
-            submit()
-            yield write_batch(wh, spec, batch, spooled, previous)
-    finally:
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
-        shutil.rmtree(spool_dir, ignore_errors=True)
-
-
-def _decoded(future: Future[Spooled] | None) -> Spooled | None:
-    """A worker's result; None when there is no worker or the pool broke."""
-    if future is None:
-        return None
-    try:
-        return future.result()
-    except BrokenProcessPool:
-        return None
-
-
 def _refuse(
-    wh: Warehouse, spec: Source, batch: Batch, sha: str | None, reason: str, previous_sha: str | None
+    wh: Warehouse, source: Source, batch: Batch, sha: str | None, reason: str, previous_sha: str | None
 ) -> BatchResult:
-    message = f"{spec.name} batch arrived={batch.batch_id} refused: {reason}"
+    message = f"{source.name} batch arrived={batch.batch_id} refused: {reason}"
     if previous_sha is not None:
         # a bad re-delivery of a batch loaded before: keep the loaded version and its ledger row
         return BatchResult(batch.batch_id, "refused", message=message + "; the version loaded before stays")
     with wh.transaction():
-        _record(wh, spec, batch, "refused", sha, 0, 0, 0, message)
+        _record(wh, source, batch, "refused", sha, 0, 0, 0, message)
     return BatchResult(batch.batch_id, "refused", message=message)
+
+
+def _checked_in_order(
+    todo: list[tuple[Batch, str | None]], spool: Path
+) -> Iterator[tuple[CheckedBatch, str | None]]:
+    """The batches checked oldest first, up to LOOK_AHEAD of them ahead in a thread."""
+    with ThreadPoolExecutor(1, thread_name_prefix="dayclose-check") as pool:
+        ahead: list[tuple[Future[CheckedBatch], str | None]] = []
+        items = iter(todo)
+        try:
+            while True:
+                while len(ahead) <= LOOK_AHEAD and (item := next(items, None)) is not None:
+                    ahead.append((pool.submit(check_batch, item[0], spool), item[1]))
+                if not ahead:
+                    return
+                future, previous = ahead.pop(0)
+                yield future.result(), previous
+        finally:
+            for future, _ in ahead:
+                future.cancel()
 
 
 def load_source(
     wh: Warehouse,
-    spec: Source,
+    source: Source,
     landing: Path,
     as_of: datetime,
     progress: Callable[[str], None] | None = None,
     recheck_days: int | None = RECHECK_DAYS,
 ) -> LoadReport:
-    """Load every complete, not yet loaded batch of `spec` that had arrived by `as_of`.
+    """Load every complete, not yet loaded batch of `source` that had arrived by `as_of`.
 
     A loaded batch whose manifest changed (an upstream re-delivery) is replaced; manifests
     are re-read for the batches of the last `recheck_days` days (None: all), so the
     nightly cost does not grow with the landing's history.
     """
     started = time.monotonic()
-    ensure_landing(wh)
-    report = LoadReport(spec.name, as_of)
-    batches, report.problems = discover(landing, spec.name, as_of)
-    loaded = {
-        batch_id: sha
-        for batch_id, sha in wh.query(
+    ensure_landing(wh, [s.table for s in SOURCES.values()])
+    report = LoadReport(source.name, as_of)
+    batches, report.problems = discover(landing, source.name, as_of)
+    loaded = dict(
+        wh.query(
             f"select batch_id, manifest_sha256 from {wh.target.landing_schema}.load_ledger "
             "where source_name = %s and status = 'loaded'",
-            (spec.name,),
+            (source.name,),
         )
-    }
+    )
     todo: list[tuple[Batch, str | None]] = []
     for batch in batches:
         if not batch.marker.exists():
@@ -373,33 +278,24 @@ def load_source(
             report.already_loaded += 1
             continue
         todo.append((batch, previous))
-    with _duckdb_memory_limit(wh), contextlib.closing(_load_in_order(wh, spec, todo)) as results:
-        for result in results:
-            report.results.append(result)
-            if progress:
-                progress(f"{spec.name} arrived={result.batch_id}: {result.status} {result.rows} rows")
+    spool = Path(
+        tempfile.mkdtemp(prefix=f"dayclose-{source.name}-", dir=os.environ.get("DAYCLOSE_SPOOL_DIR"))
+    )
+    try:
+        with contextlib.closing(_checked_in_order(todo, spool)) as checked_batches:
+            for done, (checked, previous) in enumerate(checked_batches, start=1):
+                result = write_batch(wh, source, checked, previous)
+                report.results.append(result)
+                for file in checked.files:
+                    if file.read_path != checked.batch.path / file.name:
+                        file.read_path.unlink(missing_ok=True)
+                if progress and (done % 24 == 0 or done == len(todo)):
+                    progress(
+                        f"{source.name}: {done}/{len(todo)} batches, {report.rows_loaded:,} lines loaded"
+                    )
+    finally:
+        shutil.rmtree(spool, ignore_errors=True)
     if wh.kind == "postgres" and report.loaded:
-        wh.execute(f"analyze {wh.target.landing_schema}.{spec.table}")  # plans for the new rows
+        wh.execute(f"analyze {wh.target.landing_schema}.{source.table}")  # plans for the new rows
     report.seconds = time.monotonic() - started
     return report
-
-
-@contextlib.contextmanager
-def _duckdb_memory_limit(wh: Warehouse) -> Iterator[None]:
-    """Bound DuckDB's buffer pool while loading (DAYCLOSE_LOADER_MEMORY_LIMIT, default 1GB).
-
-    DuckDB may otherwise cache up to 80% of RAM of the table it appends to; the loader
-    streams, so it needs little. The limit is the database's, reset after the load.
-    """
-    if wh.kind != "duckdb":
-        yield
-        return
-    limit = os.environ.get("DAYCLOSE_LOADER_MEMORY_LIMIT", "1GB")
-    if not re.fullmatch(r"\d+(\.\d+)?\s*[KMGT]i?B", limit, re.IGNORECASE):
-        raise ValueError(f"DAYCLOSE_LOADER_MEMORY_LIMIT={limit!r}: expected a size such as 1GB or 512MB")
-    wh.execute(f"set memory_limit = '{limit}'")
-    try:
-        yield
-    finally:
-        with contextlib.suppress(Exception):  # never hide the load's own error
-            wh.execute("reset memory_limit")

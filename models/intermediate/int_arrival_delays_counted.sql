@@ -10,7 +10,7 @@
         unique_key=['source_name', 'event_date'],
         indexes=[{'columns': ['source_name', 'event_date']}],
         on_schema_change='fail',
-        tags=['sales', 'units', 'lateness'],
+        tags=['shared', 'lateness'],
     )
 }}
 

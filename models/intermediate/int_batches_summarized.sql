@@ -10,7 +10,7 @@
         unique_key=['source_name', 'batch_id'],
         indexes=[{'columns': ['source_name', 'last_received_at']}],
         on_schema_change='fail',
-        tags=['sales', 'units', 'lateness'],
+        tags=['shared', 'lateness'],
     )
 }}
 

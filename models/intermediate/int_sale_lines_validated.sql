@@ -1,3 +1,8 @@
+{#
+    Every sales line with its verdict: the contract's decode error, else the business
+    rules, in this order (the first that fails names the line's dead letter): a known
+    shop, a non-negative amount, not above max_sale_amount, sold before it was received.
+#}
 {{
     config(
         event_time='sold_at',
@@ -7,9 +12,9 @@
 
 with
 
-sale_lines as (
+decoded as (
 
-    select * from {{ ref('stg_landing__sale_lines') }}
+    select * from {{ ref('int_sale_lines_decoded') }}
 
 ),
 
@@ -19,44 +24,29 @@ shops as (
 
 ),
 
-known_as_of as (
-
-    -- only what had arrived, in complete batches, by the run's as-of instant
-    select * from sale_lines
-    where batch_completed_at <= {{ dayclose.as_of_at() }}
-
-),
-
 checked as (
 
     select
-        known_as_of.batch_id,
-        known_as_of.batch_completed_at,
-        known_as_of.file_name,
-        known_as_of.line_number,
-        known_as_of.raw_line,
-        known_as_of.event_id,
-        known_as_of.shop_id,
-        known_as_of.sold_at,
-        known_as_of.received_at,
-        known_as_of.amount,
-        known_as_of.sale_date,
+        decoded.*,
         case
-            when known_as_of.decode_error is not null
-                then known_as_of.decode_error
-            when shops.shop_id is null
-                then {{ dbt.concat(["'unknown shop_id '", "known_as_of.shop_id"]) }}
-            when known_as_of.amount < 0
-                then 'negative amount'
-            when known_as_of.amount > {{ var('max_sale_amount') }}
+            when decoded.decode_error_kind is not null then decoded.decode_error_kind
+            when shops.shop_id is null then 'unknown_shop'
+            when decoded.amount < 0 then 'negative_amount'
+            when decoded.amount > {{ var('max_sale_amount') }} then 'absurd_amount'
+            when decoded.sold_at > decoded.received_at then 'sold_after_received'
+        end as dead_letter_kind,
+        case
+            when decoded.decode_error_kind is not null then decoded.decode_error
+            when shops.shop_id is null then {{ dbt.concat(["'unknown shop_id '", "decoded.shop_id"]) }}
+            when decoded.amount < 0 then 'negative amount'
+            when decoded.amount > {{ var('max_sale_amount') }}
                 then 'absurd amount: above max_sale_amount ({{ var("max_sale_amount") }})'
-            when known_as_of.sold_at > known_as_of.received_at
-                then 'sold_at after received_at'
+            when decoded.sold_at > decoded.received_at then 'sold_at after received_at'
         end as dead_letter_reason
 
-    from known_as_of
+    from decoded
     left join shops
-        on known_as_of.shop_id = shops.shop_id
+        on decoded.shop_id = shops.shop_id
 
 ),
 
@@ -64,7 +54,7 @@ final as (
 
     select
         *,
-        dead_letter_reason is null as is_valid
+        dead_letter_kind is null as is_valid
 
     from checked
 

@@ -1,7 +1,10 @@
 {#
-    Every units line known as of the run, with its validation verdict and its
-    sensor flags. A sensor reading outside the SKU's spec is flagged here and
-    nothing more: the count follows the PLC's verdict, never the sensors.
+    Every units line with its verdict and its sensor flags: the contract's decode error,
+    else the business rules, in this order (the first that fails names the dead letter):
+    a known line, a known SKU, a verdict of good or reject, produced after the line was
+    commissioned, produced before it was received. A sensor reading outside the SKU's
+    spec is flagged here and nothing more: the count follows the PLC's verdict, never
+    the sensors.
 #}
 {{
     config(
@@ -12,10 +15,9 @@
 
 with
 
-unit_lines as (
+decoded as (
 
-    select * from {{ ref('stg_landing__unit_lines') }}
-    where batch_completed_at <= {{ dayclose.as_of_at() }}
+    select * from {{ ref('int_unit_lines_decoded') }}
 
 ),
 
@@ -40,50 +42,39 @@ sensor_specs as (
 checked as (
 
     select
-        unit_lines.batch_id,
-        unit_lines.batch_completed_at,
-        unit_lines.file_name,
-        unit_lines.line_number,
-        unit_lines.raw_line,
-        unit_lines.line_id,
+        decoded.*,
         lines.plant_id,
-        unit_lines.plc_seq,
-        unit_lines.sku,
-        unit_lines.event_at,
-        unit_lines.received_at,
-        unit_lines.verdict,
-        unit_lines.fill_level_ml,
-        unit_lines.capper_torque_nm,
-        unit_lines.temperature_c,
-        unit_lines.production_date,
         case
-            when unit_lines.decode_error is not null
-                then unit_lines.decode_error
-            when lines.line_id is null
-                then {{ dbt.concat(["'unknown line_id '", "unit_lines.line_id"]) }}
-            when skus.sku is null
-                then {{ dbt.concat(["'unknown sku '", "unit_lines.sku"]) }}
-            when unit_lines.verdict not in ('good', 'reject')
-                then {{ dbt.concat(["'verdict not in (good, reject): '", "unit_lines.verdict"]) }}
-            when unit_lines.event_at < lines.commissioned_at
-                then 'event_at before the line was commissioned'
-            when unit_lines.event_at > unit_lines.received_at
-                then 'event_at after received_at'
+            when decoded.decode_error_kind is not null then decoded.decode_error_kind
+            when lines.line_id is null then 'unknown_line'
+            when skus.sku is null then 'unknown_sku'
+            when decoded.verdict not in ('good', 'reject') then 'unknown_verdict'
+            when decoded.event_at < lines.commissioned_at then 'before_commissioning'
+            when decoded.event_at > decoded.received_at then 'produced_after_received'
+        end as dead_letter_kind,
+        case
+            when decoded.decode_error_kind is not null then decoded.decode_error
+            when lines.line_id is null then {{ dbt.concat(["'unknown line_id '", "decoded.line_id"]) }}
+            when skus.sku is null then {{ dbt.concat(["'unknown sku '", "decoded.sku"]) }}
+            when decoded.verdict not in ('good', 'reject')
+                then {{ dbt.concat(["'verdict not in (good, reject): '", "decoded.verdict"]) }}
+            when decoded.event_at < lines.commissioned_at then 'event_at before the line was commissioned'
+            when decoded.event_at > decoded.received_at then 'event_at after received_at'
         end as dead_letter_reason,
-        unit_lines.fill_level_ml not between sensor_specs.fill_level_min_ml
+        decoded.fill_level_ml not between sensor_specs.fill_level_min_ml
         and sensor_specs.fill_level_max_ml as is_fill_level_out_of_spec,
-        unit_lines.capper_torque_nm not between sensor_specs.capper_torque_min_nm
+        decoded.capper_torque_nm not between sensor_specs.capper_torque_min_nm
         and sensor_specs.capper_torque_max_nm as is_capper_torque_out_of_spec,
-        unit_lines.temperature_c not between sensor_specs.temperature_min_c
+        decoded.temperature_c not between sensor_specs.temperature_min_c
         and sensor_specs.temperature_max_c as is_temperature_out_of_spec
 
-    from unit_lines
+    from decoded
     left join lines
-        on unit_lines.line_id = lines.line_id
+        on decoded.line_id = lines.line_id
     left join skus
-        on unit_lines.sku = skus.sku
+        on decoded.sku = skus.sku
     left join sensor_specs
-        on unit_lines.sku = sensor_specs.sku
+        on decoded.sku = sensor_specs.sku
 
 ),
 
@@ -91,7 +82,7 @@ final as (
 
     select
         *,
-        dead_letter_reason is null as is_valid,
+        dead_letter_kind is null as is_valid,
         coalesce(
             is_fill_level_out_of_spec or is_capper_torque_out_of_spec or is_temperature_out_of_spec,
             false

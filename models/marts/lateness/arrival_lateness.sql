@@ -7,7 +7,7 @@
     (W-1)*24 hours old: a window of W days covers the events that arrive within
     (W-1)*24 hours of the end of their day.
 #}
-{{ config(tags=['sales', 'units', 'lateness']) }}
+{{ config(tags=['shared', 'lateness']) }}
 
 {%- set target = var('lateness_coverage_target') -%}
 {%- set measured = dayclose.measured_days_range() -%}

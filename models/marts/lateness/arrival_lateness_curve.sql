@@ -3,7 +3,7 @@
     day (hours after the day ended), per source, over the measured days: the
     sum of their counts in int_arrival_ages_counted.
 #}
-{{ config(tags=['sales', 'units', 'lateness']) }}
+{{ config(tags=['shared', 'lateness']) }}
 
 {%- set max_age_hours = 24 * 14 -%}
 {%- set measured = dayclose.measured_days_range() -%}

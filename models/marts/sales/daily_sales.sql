@@ -2,6 +2,7 @@
     Daily sales per shop, grouped by when the sale happened (sold_at), built by
     arrival: each nightly run rebuilds the last sales_window_days days, and each
     day of the window is overwritten whole (macros/microbatch_overwrite.sql).
+    A sale counts once, at its first arrival (int_sales_deduplicated).
 #}
 {{
     config(
@@ -9,7 +10,7 @@
         incremental_strategy='microbatch',
         event_time='sale_date',
         batch_size='day',
-        begin='2020-01-01',
+        begin=dayclose.microbatch_begin(),
         lookback=dayclose.window_days('sales'),
         tags=['sales'],
     )
@@ -17,18 +18,12 @@
 
 with
 
-sale_lines as (
-
-    -- dbt limits this to the batch's day through the event_time of the ref
-    select * from {{ ref('int_sale_lines_validated') }}
-    where is_valid
-
-),
-
 sales as (
 
-    -- a resent sale (same event_id) counts once, as its first arrival
-    {{ dayclose.first_copies('sale_lines', ['event_id']) }}
+    -- dbt limits this to the batch's day through the event_time of the ref;
+    -- a run as of T counts what had arrived, in complete batches, by T
+    select * from {{ ref('int_sales_deduplicated') }}
+    where batch_completed_at <= {{ dayclose.as_of_at() }}
 
 ),
 

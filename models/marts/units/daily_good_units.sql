@@ -1,8 +1,8 @@
 {#
     Good units per SKU and production day (the PLC's clock), for finance. Each
     nightly run rebuilds the last units_window_days days, each day whole; a unit
-    (line_id, plc_seq) counts once however often it was replayed; the count is
-    the PLC's verdict, whatever the sensors said.
+    (line_id, plc_seq) counts once, at its first arrival, however often it was
+    replayed; the count is the PLC's verdict, whatever the sensors said.
 #}
 {{
     config(
@@ -10,7 +10,7 @@
         incremental_strategy='microbatch',
         event_time='production_date',
         batch_size='day',
-        begin='2020-01-01',
+        begin=dayclose.microbatch_begin(),
         lookback=dayclose.window_days('units'),
         tags=['units'],
     )
@@ -18,18 +18,10 @@
 
 with
 
-unit_lines as (
+line_sku_days as (
 
     -- dbt limits this to the batch's day through the event_time of the ref
-    select * from {{ ref('int_unit_lines_validated') }}
-    where is_valid
-
-),
-
-units as (
-
-    -- a replayed or retried unit counts once, as its first arrival
-    {{ dayclose.first_copies('unit_lines', ['line_id', 'plc_seq']) }}
+    select * from {{ ref('int_line_sku_days_counted') }}
 
 ),
 
@@ -38,13 +30,11 @@ sku_days as (
     select
         production_date,
         sku,
-        cast(sum(case when verdict = 'good' then 1 else 0 end) as bigint) as good_units,
-        cast(sum(case when verdict = 'reject' then 1 else 0 end) as bigint) as rejected_units,
-        cast(
-            sum(case when verdict = 'good' and has_sensor_out_of_spec then 1 else 0 end) as bigint
-        ) as good_units_with_sensor_flags
+        cast(sum(good_units) as bigint) as good_units,
+        cast(sum(rejected_units) as bigint) as rejected_units,
+        cast(sum(good_units_with_sensor_flags) as bigint) as good_units_with_sensor_flags
 
-    from units
+    from line_sku_days
     group by production_date, sku
 
 ),

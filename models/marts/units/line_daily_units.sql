@@ -10,7 +10,7 @@
         incremental_strategy='microbatch',
         event_time='production_date',
         batch_size='day',
-        begin='2020-01-01',
+        begin=dayclose.microbatch_begin(),
         lookback=dayclose.window_days('units'),
         tags=['units'],
     )
@@ -18,72 +18,10 @@
 
 with
 
-unit_lines as (
+line_sku_days as (
 
-    select * from {{ ref('int_unit_lines_validated') }}
-    where is_valid
-
-),
-
-units as (
-
-    {{ dayclose.first_copies('unit_lines', ['line_id', 'plc_seq']) }}
-
-),
-
-changes as (
-
-    select
-        line_id,
-        plant_id,
-        production_date,
-        plc_seq,
-        verdict,
-        has_sensor_out_of_spec,
-        case
-            when fill_level_ml = lag(fill_level_ml) over (partition by line_id order by plc_seq) then 0
-            else 1
-        end as fill_level_changed,
-        case
-            when capper_torque_nm = lag(capper_torque_nm) over (partition by line_id order by plc_seq) then 0
-            else 1
-        end as capper_torque_changed,
-        case
-            when temperature_c = lag(temperature_c) over (partition by line_id order by plc_seq) then 0
-            else 1
-        end as temperature_changed
-
-    from units
-
-),
-
-runs as (
-
-    select
-        *,
-        sum(fill_level_changed) over (
-            partition by line_id order by plc_seq rows unbounded preceding
-        ) as fill_level_run,
-        sum(capper_torque_changed) over (
-            partition by line_id order by plc_seq rows unbounded preceding
-        ) as capper_torque_run,
-        sum(temperature_changed) over (
-            partition by line_id order by plc_seq rows unbounded preceding
-        ) as temperature_run
-
-    from changes
-
-),
-
-run_lengths as (
-
-    select
-        *,
-        count(*) over (partition by line_id, fill_level_run) as fill_level_run_length,
-        count(*) over (partition by line_id, capper_torque_run) as capper_torque_run_length,
-        count(*) over (partition by line_id, temperature_run) as temperature_run_length
-
-    from runs
+    -- dbt limits this to the batch's day through the event_time of the ref
+    select * from {{ ref('int_line_sku_days_counted') }}
 
 ),
 
@@ -93,21 +31,12 @@ final as (
         production_date,
         line_id,
         min(plant_id) as plant_id,
-        cast(count(*) as bigint) as units,
-        cast(sum(case when verdict = 'good' then 1 else 0 end) as bigint) as good_units,
-        cast(sum(case when has_sensor_out_of_spec then 1 else 0 end) as bigint) as units_out_of_spec,
-        cast(sum(
-            case
-                when
-                    fill_level_run_length >= {{ var('stuck_sensor_run_units') }}
-                    or capper_torque_run_length >= {{ var('stuck_sensor_run_units') }}
-                    or temperature_run_length >= {{ var('stuck_sensor_run_units') }}
-                    then 1
-                else 0
-            end
-        ) as bigint) as units_with_stuck_sensor
+        cast(sum(units) as bigint) as units,
+        cast(sum(good_units) as bigint) as good_units,
+        cast(sum(units_out_of_spec) as bigint) as units_out_of_spec,
+        cast(sum(units_with_stuck_sensor) as bigint) as units_with_stuck_sensor
 
-    from run_lengths
+    from line_sku_days
     group by production_date, line_id
 
 )

@@ -1,4 +1,4 @@
-{{ config(tags=['sales', 'units']) }}
+{{ config(tags=['shared']) }}
 
 with
 
@@ -17,7 +17,7 @@ final as (
         manifest_sha256,
         files,
         rows_loaded,
-        decode_errors,
+        byte_errors,
         batch_arrived_at,
         cast({{ dbt.dateadd('hour', 1, 'batch_arrived_at') }} as {{ dbt.type_timestamp() }})
             as batch_completed_at,

@@ -1,0 +1,161 @@
+"""The landing tables, and the engines' own bulk readers putting a file's raw lines into them.
+
+Each source has one raw table in `<schema>_landing` with one row per line of every loaded
+batch: the batch, the file, the 1-based line number and the line's text exactly as it came
+(`raw_line`; a line whose bytes are not text, invalid UTF-8 or a NUL, keeps its exact bytes
+in `raw_line_hex` and a readable copy in `raw_line`, with `byte_error` saying why). Nothing
+is decoded here: the dbt models decode and validate (models/intermediate/).
+
+- DuckDB reads the file itself: `read_csv` of one text column, with a delimiter and no
+  quote, escape or null marker that could alter a line, numbered by `row_number() over ()`
+  (DuckDB keeps a single file's order for an empty OVER clause).
+- Postgres takes it by `COPY ... (format csv)` with delimiter \\x01 and quote \\x02; the
+  batch, file and line number come from column defaults (a transaction-local setting and
+  a sequence reset for each file), so a line is never touched by Python.
+
+Files that are not clean for these readers (dayclose.loader.prepass) are read from a
+sanitized copy, and the replaced lines are put back exactly afterwards.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Sequence
+from pathlib import Path
+
+from dayclose.warehouse import Warehouse
+
+LEDGER_COLUMNS = """
+    source_name varchar not null,
+    batch_id varchar not null,
+    status varchar not null,
+    manifest_sha256 varchar,
+    files integer,
+    rows_loaded bigint,
+    byte_errors bigint,
+    batch_arrived_at timestamp,
+    loaded_at timestamp not null,
+    message varchar,
+    primary key (source_name, batch_id)
+"""
+
+DUCKDB_LINES = (
+    "columns = {'line': 'VARCHAR'}, header = false, delim = e'\\x01', quote = '', escape = '', "
+    "auto_detect = false, new_line = '\\n', max_line_size = 20000000, force_not_null = ['line']"
+)
+POSTGRES_COPY = (
+    "copy {table} (raw_line) from stdin with (format csv, delimiter e'\\x01', quote e'\\x02', "
+    "force_not_null (raw_line))"
+)
+
+
+def ensure_landing(wh: Warehouse, tables: Sequence[str]) -> None:
+    """The landing schema, the load ledger and a raw table per source (idempotent)."""
+    schema = wh.target.landing_schema
+    wh.execute(f"create schema if not exists {schema}")
+    wh.execute(f"create table if not exists {schema}.load_ledger ({LEDGER_COLUMNS})")
+    if wh.kind == "postgres":
+        wh.execute(f"create sequence if not exists {schema}.line_numbers")
+    for table in tables:
+        if wh.kind == "postgres":
+            batch = "default current_setting('dayclose.batch_id')"
+            file = "default current_setting('dayclose.file_name')"
+            line = f"default nextval('{schema}.line_numbers')"
+        else:
+            batch = file = line = ""
+        wh.execute(
+            f"create table if not exists {schema}.{table} (\n"
+            f"    batch_id varchar not null {batch},\n"
+            f"    file_name varchar not null {file},\n"
+            f"    line_number bigint not null {line},\n"
+            "    raw_line varchar not null,\n"
+            "    raw_line_hex varchar,\n"
+            "    byte_error varchar\n)"
+        )
+        if wh.kind == "postgres":
+            # a batch is deleted, counted and read by the models by batch_id
+            wh.execute(f"create index if not exists {table}_batch_idx on {schema}.{table} (batch_id)")
+
+
+def ingest_file(wh: Warehouse, table: str, batch_id: str, file_name: str, path: Path) -> None:
+    """Append every line of `path` (a clean file) to the raw table, numbered from 1."""
+    relation = f"{wh.target.landing_schema}.{table}"
+    if wh.kind == "duckdb":
+        wh.execute(
+            f"insert into {relation} (batch_id, file_name, line_number, raw_line) "
+            f"select ?, ?, row_number() over (), line from read_csv(?, {DUCKDB_LINES})",
+            (batch_id, file_name, str(path)),
+        )
+        return
+    wh.execute(
+        "select set_config('dayclose.batch_id', %s, true), set_config('dayclose.file_name', %s, true), "
+        f"setval('{wh.target.landing_schema}.line_numbers', 1, false)",
+        (batch_id, file_name),
+    )
+    with open(path, "rb") as fh:
+        wh.copy_from(POSTGRES_COPY.format(table=relation), fh)
+
+
+def put_back(
+    wh: Warehouse,
+    table: str,
+    batch_id: str,
+    file_name: str,
+    replaced: list[tuple[int, bytes]],
+    spool: Path,
+) -> int:
+    """Put the original bytes of sanitized lines back; returns how many are not text.
+
+    The lines go through a CSV of hex text (nothing in it can be misread), into a temporary
+    table, and one UPDATE joins them in. A line that is valid UTF-8 without NUL is restored
+    as text exactly; any other keeps a readable copy in raw_line and its bytes in hex.
+    """
+    errors = 0
+    with open(spool, "w", newline="", encoding="ascii") as fh:
+        writer = csv.writer(fh, lineterminator="\n")
+        for number, original in replaced:
+            problem = _byte_error(original)
+            text = original.decode("utf-8", errors="replace").replace("\x00", "\ufffd")
+            writer.writerow(
+                [number, text.encode("utf-8").hex(), original.hex() if problem else "", problem or ""]
+            )
+            errors += problem is not None
+    relation = f"{wh.target.landing_schema}.{table}"
+    wh.execute("drop table if exists dayclose_put_back")
+    wh.execute(
+        "create temporary table dayclose_put_back (line_number bigint, text_hex varchar, "
+        "bytes_hex varchar, byte_error varchar)"
+    )
+    if wh.kind == "duckdb":
+        wh.execute(
+            "insert into dayclose_put_back select * from read_csv(?, header = false, auto_detect = false, "
+            "columns = {'line_number': 'BIGINT', 'text_hex': 'VARCHAR', 'bytes_hex': 'VARCHAR', "
+            "'byte_error': 'VARCHAR'})",
+            (str(spool),),
+        )
+        text = "decode(unhex(fix.text_hex))"
+    else:
+        with open(spool, "rb") as fh:
+            wh.copy_from("copy dayclose_put_back from stdin with (format csv)", fh)
+        text = "convert_from(decode(fix.text_hex, 'hex'), 'UTF8')"
+    wh.execute(
+        f"update {relation} set raw_line = {text}, raw_line_hex = nullif(fix.bytes_hex, ''), "
+        "byte_error = nullif(fix.byte_error, '') from dayclose_put_back as fix "
+        f"where {relation}.batch_id = %s and {relation}.file_name = %s "
+        f"and {relation}.line_number = fix.line_number",
+        (batch_id, file_name),
+    )
+    wh.execute("drop table dayclose_put_back")
+    return errors
+
+
+def _byte_error(line: bytes) -> str | None:
+    """Why a line's bytes cannot be kept as text, or None."""
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"not valid UTF-8 (byte {exc.start + 1} is 0x{line[exc.start]:02x})"
+    nul = line.find(b"\x00")
+    if nul >= 0:
+        return f"contains a NUL byte (byte {nul + 1})"
+    return None

@@ -1,0 +1,309 @@
+{#
+    The landing contract, decoded in SQL: a line is a flat JSON object whose keys are
+    exactly the source's fields (landing_sources.<source>.fields), each value of its
+    field's kind. The rules, one per kind (README, "The landing contract"):
+
+    - id:        a JSON string of 1 to 128 characters from A-Z a-z 0-9 _ . : / -
+    - timestamp: a JSON string, RFC 3339 with a time zone: YYYY-MM-DDTHH:MM:SS, 0 to 6
+                 fraction digits, then Z or +HH:MM / -HH:MM (at most 14 hours); a real
+                 calendar day; stored as UTC
+    - decimal:   a JSON string or number, optional minus, 1 to 15 digits, at most 2
+                 decimals, no exponent
+    - sequence:  a JSON integer from 0 to 9223372036854775807
+    - number:    a finite JSON number, at most 16 integer digits, 15 decimals and a
+                 two-digit exponent
+
+    No statement can fail on any input: the shape of the whole line is checked by one
+    regular expression first (the same text on DuckDB's RE2 and Postgres' regex engine),
+    every JSON function and cast runs only on lines and tokens that passed their check,
+    and timestamps are converted to UTC by arithmetic. Values are taken verbatim from the
+    line's text, so both engines read the same thing (DuckDB's JSON functions take the
+    first of duplicated keys and rewrite numbers; Postgres takes the last).
+#}
+
+
+{# The regular expressions of the contract, by name. Only non-capturing groups, except in field_token. #}
+{% macro contract_patterns() %}
+    {%- set ws -%}[ \t\n\r]*{%- endset -%}
+    {%- set u_escape -%}u(?:0(?:0(?:0[1-9a-fA-F]|[1-9a-fA-F][0-9a-fA-F])|[1-9a-fA-F][0-9a-fA-F]{2})|[1-9a-cA-CeEfF][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2}|[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}){%- endset -%}
+    {%- set string -%}"(?:[^"\\\x00-\x1f]|\\(?:["\\/bfnrt]|{{ u_escape }}))*"{%- endset -%}
+    {%- set number -%}-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?{%- endset -%}
+    {%- set value -%}(?:{{ string }}|{{ number }}|true|false|null){%- endset -%}
+    {%- set plain_key -%}"[^"\\\x00-\x1f]*"{%- endset -%}
+    {%- set member -%}{{ plain_key }}{{ ws }}:{{ ws }}{{ value }}{%- endset -%}
+    {%- set date -%}(?:[1-9][0-9]{3}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-8]))|(?:[1-9][0-9](?:0[48]|[2468][048]|[13579][26])|(?:[2468][048]|[13579][26])00)-02-29){%- endset -%}
+    {{ return({
+        'flat_object': ws ~ '\\{' ~ ws ~ '(?:' ~ member ~ ws ~ '(?:,' ~ ws ~ member ~ ws ~ ')*)?\\}' ~ ws,
+        'id': '"[A-Za-z0-9_.:/-]{1,128}"',
+        'timestamp': '"' ~ date ~ 'T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]{1,6})?(?:Z|[+-](?:0[0-9]|1[0-4]):[0-5][0-9])"',
+        'decimal': '"-?[0-9]{1,15}(?:\\.[0-9]{1,2})?"|-?[0-9]{1,15}(?:\\.[0-9]{1,2})?',
+        'sequence': '0|[1-9][0-9]{0,18}',
+        'number': '-?(?:0|[1-9][0-9]{0,15})(?:\\.[0-9]{1,15})?(?:[eE][+-]?[0-9]{1,2})?',
+        'field_token': ws ~ ':' ~ ws ~ '((?:"(?:[^"\\\\]|\\\\.)*"|[^,}" \\t\\n\\r]+))',
+        'starts_array': '^' ~ ws ~ '\\[',
+        'starts_object': '^' ~ ws ~ '\\{',
+        'ends_object': '\\}' ~ ws ~ '$',
+        'nested_value': ':' ~ ws ~ '[\\{\\[]',
+        'nul_escape': '\\\\u0000',
+        'surrogate_escape': '\\\\u[dD][89a-fA-F][0-9a-fA-F]{2}',
+        'not_a_number': ':' ~ ws ~ '-?(?:NaN|Infinity)',
+    }) }}
+{% endmacro %}
+
+
+{# SQL: `expression` matches `pattern` whole (true, false, or null for null). #}
+{% macro regexp_full(expression, pattern) -%}
+    {{ return(adapter.dispatch('regexp_full', 'dayclose')(expression, pattern)) }}
+{%- endmacro %}
+
+{% macro duckdb__regexp_full(expression, pattern) -%}
+    regexp_full_match({{ expression }}, '{{ pattern }}')
+{%- endmacro %}
+
+{% macro postgres__regexp_full(expression, pattern) -%}
+    ({{ expression }} ~ '^(?:{{ pattern }})$')
+{%- endmacro %}
+
+
+{# SQL: `pattern` occurs somewhere in `expression`. #}
+{% macro regexp_has(expression, pattern) -%}
+    {{ return(adapter.dispatch('regexp_has', 'dayclose')(expression, pattern)) }}
+{%- endmacro %}
+
+{% macro duckdb__regexp_has(expression, pattern) -%}
+    regexp_matches({{ expression }}, '{{ pattern }}')
+{%- endmacro %}
+
+{% macro postgres__regexp_has(expression, pattern) -%}
+    ({{ expression }} ~ '{{ pattern }}')
+{%- endmacro %}
+
+
+{#
+    SQL select over `relation` (lines with raw_line and is_flat_object): every column,
+    plus key_count, distinct_key_count, duplicated_key, unknown_key and, for each field,
+    token_<field>: the field's value exactly as written in the line (a string with its
+    quotes), null when the field is absent. Only meaningful where is_flat_object.
+#}
+{% macro json_field_tokens(relation, fields) -%}
+    {{ return(adapter.dispatch('json_field_tokens', 'dayclose')(relation, fields)) }}
+{%- endmacro %}
+
+{% macro duckdb__json_field_tokens(relation, fields) -%}
+    {%- set patterns = dayclose.contract_patterns() -%}
+    {%- set names = fields.keys() | list -%}
+    select
+        *,
+        len(keys) as key_count,
+        len(list_distinct(keys)) as distinct_key_count,
+        list_filter(list_distinct(keys), lambda k: len(list_filter(keys, lambda j: j = k)) > 1)[1] as duplicated_key,
+        list_filter(keys, lambda k: not list_contains(['{{ names | join("', '") }}'], k))[1] as unknown_key,
+        {%- for name in names %}
+        case
+            when list_contains(keys, '{{ name }}')
+                then regexp_extract(raw_line, '"{{ name }}"{{ patterns.field_token }}', 1)
+        end as token_{{ name }}{{ ',' if not loop.last }}
+        {%- endfor %}
+    from (
+        select
+            *,
+            case when is_flat_object then json_keys(raw_line) else [] end as keys
+        from {{ relation }}
+    ) as keyed
+{%- endmacro %}
+
+{% macro postgres__json_field_tokens(relation, fields) -%}
+    {%- set names = fields.keys() | list -%}
+    select
+        lines.*,
+        members.key_count,
+        members.distinct_key_count,
+        case
+            when members.key_count > members.distinct_key_count
+                then (
+                    select min(repeated.key) from (
+                        select key from json_each(lines.raw_line::json) group by key having count(*) > 1
+                    ) as repeated
+                )
+        end as duplicated_key,
+        members.unknown_key,
+        {%- for name in names %}
+        members.token_{{ name }}{{ ',' if not loop.last }}
+        {%- endfor %}
+    from {{ relation }} as lines
+    left join lateral (
+        select
+            count(*) as key_count,
+            count(distinct key) as distinct_key_count,
+            min(key) filter (where key not in ('{{ names | join("', '") }}')) as unknown_key,
+            {%- for name in names %}
+            max(value::text) filter (where key = '{{ name }}') as token_{{ name }}{{ ',' if not loop.last }}
+            {%- endfor %}
+        from json_each(case when lines.is_flat_object then lines.raw_line::json end)
+    ) as members on true
+{%- endmacro %}
+
+
+{# SQL: the token of a `kind` field passes its rule (true or false; null only for a null token). #}
+{% macro token_is_valid(token, kind) -%}
+    {%- set patterns = dayclose.contract_patterns() -%}
+    {%- if kind == 'sequence' -%}
+        case
+            when {{ dayclose.regexp_full(token, patterns.sequence) }}
+                then length({{ token }}) < 19
+                or cast(substr({{ token }}, 1, 18) as bigint) < 922337203685477580
+                or (cast(substr({{ token }}, 1, 18) as bigint) = 922337203685477580 and substr({{ token }}, 19, 1) <= '7')
+            else false
+        end
+    {%- elif kind in ('id', 'timestamp', 'decimal', 'number') -%}
+        {{ dayclose.regexp_full(token, patterns[kind]) }}
+    {%- else -%}
+        {{ exceptions.raise_compiler_error("unknown field kind " ~ kind ~ ": expected id, timestamp, decimal, sequence or number") }}
+    {%- endif -%}
+{%- endmacro %}
+
+
+{# SQL: what a `kind` field must be, for dead-letter reasons. #}
+{% macro kind_rule(kind) -%}
+    {{- {
+        'id': 'not an id (1 to 128 of A-Z a-z 0-9 _ . : / -)',
+        'timestamp': 'not an RFC 3339 timestamp with a time zone',
+        'decimal': 'not a decimal with at most 2 decimals',
+        'sequence': 'not an integer from 0 to 9223372036854775807',
+        'number': 'not a finite number',
+    }[kind] -}}
+{%- endmacro %}
+
+
+{# SQL: the typed value of a valid token of a `kind` field. #}
+{% macro token_value(token, kind) -%}
+    {%- if kind == 'id' -%}
+        substr({{ token }}, 2, length({{ token }}) - 2)
+    {%- elif kind == 'decimal' -%}
+        cast(replace({{ token }}, '"', '') as decimal(18, 2))
+    {%- elif kind == 'sequence' -%}
+        cast({{ token }} as bigint)
+    {%- elif kind == 'number' -%}
+        cast({{ token }} as double precision)
+    {%- elif kind == 'timestamp' -%}
+        {%- set is_utc = token ~ " like '%Z\"'" -%}
+        {%- set local = "cast(substr(" ~ token ~ ", 2, length(" ~ token ~ ") - case when " ~ is_utc ~ " then 3 else 8 end) as " ~ dbt.type_timestamp() ~ ")" -%}
+        {%- set offset_minutes -%}
+            case
+                when {{ is_utc }} then 0
+                else
+                    (case when substr({{ token }}, length({{ token }}) - 6, 1) = '-' then -1 else 1 end)
+                    * (cast(substr({{ token }}, length({{ token }}) - 5, 2) as integer) * 60
+                        + cast(substr({{ token }}, length({{ token }}) - 2, 2) as integer))
+            end
+        {%- endset -%}
+        cast({{ dbt.dateadd('minute', '-1 * (' ~ offset_minutes ~ ')', local) }} as {{ dbt.type_timestamp() }})
+    {%- endif -%}
+{%- endmacro %}
+
+
+{#
+    SQL select over `relation` (staged landing lines: raw_line, byte_error, ...) that
+    decodes each line by the contract of `source_name`: every column of `relation`, then
+    decode_error_kind and decode_error (null for a line that keeps the contract; the
+    reason names the field, the rule and the value) and one typed column per field (null
+    unless the whole line keeps the contract). The kinds: not_text, empty_line,
+    not_json_object, duplicate_field, unknown_field, missing_field, bad_value.
+#}
+{% macro decode_lines(relation, source_name) -%}
+    {%- set fields = dayclose.landing_source(source_name)['fields'] -%}
+    {%- set patterns = dayclose.contract_patterns() -%}
+    {%- set names = fields.keys() | list -%}
+    with
+
+    shaped as materialized (
+
+        select
+            *,
+            coalesce(byte_error is null and {{ dayclose.regexp_full('raw_line', patterns.flat_object) }}, false)
+                as is_flat_object
+
+        from {{ relation }}
+
+    ),
+
+    tokens as materialized (
+
+        {{ dayclose.json_field_tokens('shaped', fields) }}
+
+    ),
+
+    checked as materialized (
+
+        select
+            *,
+            case
+                when byte_error is not null then 'not_text'
+                when {{ dayclose.regexp_full('raw_line', '[ \\t\\n\\r]*') }} then 'empty_line'
+                when not is_flat_object then 'not_json_object'
+                when duplicated_key is not null then 'duplicate_field'
+                when unknown_key is not null then 'unknown_field'
+                {%- for name in names %}
+                when token_{{ name }} is null or token_{{ name }} = 'null' then 'missing_field'
+                {%- endfor %}
+                {%- for name, kind in fields.items() %}
+                when not {{ dayclose.token_is_valid('token_' ~ name, kind) }} then 'bad_value'
+                {%- endfor %}
+            end as decode_error_kind,
+            case
+                when byte_error is not null then byte_error
+                when {{ dayclose.regexp_full('raw_line', '[ \\t\\n\\r]*') }} then 'empty line'
+                when {{ dayclose.regexp_has('raw_line', patterns.starts_array) }} then 'a JSON array, not an object'
+                when not {{ dayclose.regexp_has('raw_line', patterns.starts_object) }} then 'not a JSON object'
+                when is_flat_object then null
+                when not {{ dayclose.regexp_has('raw_line', patterns.ends_object) }}
+                    then 'invalid JSON: truncated (no closing brace)'
+                when {{ dayclose.regexp_has('raw_line', patterns.nul_escape) }}
+                    then 'a string holds the escape \u0000 (NUL), which no field may hold'
+                when {{ dayclose.regexp_has('raw_line', patterns.surrogate_escape) }}
+                    then 'a string holds an unpaired surrogate escape (not Unicode text)'
+                when {{ dayclose.regexp_has('raw_line', patterns.not_a_number) }}
+                    then 'NaN and Infinity are not JSON numbers'
+                when {{ dayclose.regexp_has('raw_line', patterns.nested_value) }}
+                    then 'a field holds an object or array (values are strings and numbers)'
+                else 'invalid JSON: not a flat object of strings, numbers, true, false and null'
+            end as shape_error
+
+        from tokens
+
+    ),
+
+    reasoned as materialized (
+
+        select
+            *,
+            case
+                when decode_error_kind in ('not_text', 'empty_line', 'not_json_object') then shape_error
+                when decode_error_kind = 'duplicate_field' then {{ dbt.concat(["'duplicate field '", 'duplicated_key']) }}
+                when decode_error_kind = 'unknown_field' then {{ dbt.concat(["'unknown field '", 'unknown_key']) }}
+                when decode_error_kind is not null then concat_ws(
+                    '; ',
+                    {%- for name, kind in fields.items() %}
+                    case
+                        when token_{{ name }} is null then 'missing field {{ name }}'
+                        when token_{{ name }} = 'null' then 'missing field {{ name }} (null)'
+                        when not {{ dayclose.token_is_valid('token_' ~ name, kind) }}
+                            then {{ dbt.concat(["'" ~ name ~ ": " ~ dayclose.kind_rule(kind) ~ ": '", 'substr(token_' ~ name ~ ', 1, 60)']) }}
+                    end{{ ',' if not loop.last }}
+                    {%- endfor %}
+                )
+            end as decode_error
+
+        from checked
+
+    )
+
+    select
+        reasoned.*,
+        {%- for name, kind in fields.items() %}
+        case
+            when reasoned.decode_error_kind is null then {{ dayclose.token_value('reasoned.token_' ~ name, kind) }}
+        end as {{ name }}{{ ',' if not loop.last }}
+        {%- endfor %}
+    from reasoned
+{%- endmacro %}

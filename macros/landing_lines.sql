@@ -1,0 +1,454 @@
+{#
+    The path of a landing source's lines, the same for every source: staged (the raw
+    lines), decoded once per loaded batch by the contract, validated by the source's
+    business rules (its own model), then each event once at its first arrival, its
+    conflicting copies, and its dead letters. Each source's models call these with the
+    source's name; what differs between sources is in landing_sources (dbt_project.yml)
+    and in its validated-lines model.
+#}
+
+
+{# The raw lines of landing table `table_name` with the batch's arrival hour: the staging select. #}
+{% macro staged_lines(table_name) %}
+with
+
+source as (
+
+    select * from {{ source('landing', table_name) }}
+
+),
+
+final as (
+
+    select
+        batch_id,
+        cast(
+            {{ dbt.concat([dbt.replace('batch_id', "'T'", "' '"), "':00:00'"]) }} as {{ dbt.type_timestamp() }}
+        ) as batch_arrived_at,
+        file_name,
+        line_number,
+        raw_line,
+        raw_line_hex,
+        byte_error
+
+    from source
+
+)
+
+select * from final
+{% endmacro %}
+
+
+{#
+    The batches of `source_name` loaded since `relation` (an incremental model, usually
+    `this`) last processed one: ledger rows with loaded_at after the newest batch_loaded_at
+    in `relation`. None on a first build or a full refresh (then: every loaded batch), and
+    while parsing. Every loaded batch is processed whatever the as-of: decoding does not
+    depend on it, and a batch skipped once would never be processed.
+#}
+{% macro batches_loaded_since(source_name, relation) %}
+    {%- set loads = ref('stg_landing__batch_loads') -%}
+    {%- if not execute or not is_incremental() -%}
+        {{ return(none) }}
+    {%- endif -%}
+    {%- set rows = run_query(
+        "select batch_id from " ~ loads
+        ~ " where source_name = '" ~ source_name ~ "' and is_loaded and loaded_at > coalesce("
+        ~ "(select max(batch_loaded_at) from " ~ relation ~ "), "
+        ~ dayclose.timestamp_literal('1900-01-01 00:00:00') ~ ")"
+    ) -%}
+    {{ return(rows.columns[0].values() | list) }}
+{% endmacro %}
+
+
+{# SQL condition on batch_id: one of `batch_ids` (true for none: every batch; false for an empty list). #}
+{% macro batch_in(batch_ids, column='batch_id') -%}
+    {%- if batch_ids is none -%}
+        1 = 1
+    {%- elif batch_ids | length == 0 -%}
+        1 = 0
+    {%- else -%}
+        {%- set ids = batch_ids | sort -%}
+        ({{ column }} >= '{{ ids[0] }}' and {{ column }} <= '{{ ids[-1] }}'
+            and {{ column }} in ('{{ ids | join("', '") }}'))
+    {%- endif -%}
+{%- endmacro %}
+
+
+{#
+    The body of int_<entity>_lines_decoded: every line of the batches loaded since the
+    last build, decoded by the contract of `source_name` (macros/contract.sql), with the
+    batch's load time and arrival hour. Incremental by batch: a batch replaced by a new
+    manifest is decoded again whole.
+#}
+{% macro decoded_lines(source_name, staged) %}
+{%- set entry = dayclose.landing_source(source_name) -%}
+{%- set to_decode = dayclose.batches_loaded_since(source_name, this) -%}
+
+with
+
+batch_loads as (
+
+    select * from {{ ref('stg_landing__batch_loads') }}
+    where
+        source_name = '{{ source_name }}'
+        and is_loaded
+        and {{ dayclose.batch_in(to_decode) }}
+
+),
+
+staged_lines as (
+
+    select * from {{ staged }}
+    where {{ dayclose.batch_in(to_decode) }}
+
+),
+
+lines as (
+
+    select
+        staged_lines.*,
+        batch_loads.loaded_at as batch_loaded_at,
+        batch_loads.batch_completed_at
+
+    from staged_lines
+    inner join batch_loads
+        on staged_lines.batch_id = batch_loads.batch_id
+
+),
+
+decoded as (
+
+    {{ dayclose.decode_lines('lines', source_name) }}
+
+),
+
+final as (
+
+    select
+        batch_id,
+        batch_loaded_at,
+        batch_arrived_at,
+        batch_completed_at,
+        file_name,
+        line_number,
+        decode_error_kind,
+        decode_error,
+        {%- for name in entry['fields'] %}
+        {{ name }},
+        {%- endfor %}
+        cast({{ entry['event_at'] }} as date) as {{ entry['event_date'] }}
+
+    from decoded
+
+)
+
+select * from final
+{% endmacro %}
+
+
+{# The ordering of copies of an event: the first to arrive first (batch, then received_at, then position). #}
+{% macro arrival_order() -%}
+    batch_id, received_at, file_name, line_number
+{%- endmacro %}
+
+
+{#
+    The batches among this run's new ones that `this` (a first-arrivals model) already
+    has rows of: batches replaced by a new manifest. Their events' first copies are
+    recomputed from every copy, and first arrivals whose line is gone are dropped.
+#}
+{% macro replaced_batches(new_batches) %}
+    {%- if not execute or new_batches is none or new_batches | length == 0 -%}
+        {{ return([]) }}
+    {%- endif -%}
+    {%- set rows = run_query(
+        "select distinct batch_id from " ~ this ~ " where " ~ dayclose.batch_in(new_batches)
+    ) -%}
+    {{ return(rows.columns[0].values() | list) }}
+{% endmacro %}
+
+
+{#
+    The body of int_<entity>s_deduplicated: each valid event of `source_name` once, at its
+    first arrival over the whole history (a resend, a replay or a retry carries the same
+    event_key and is a copy). Incremental: only the lines of batches loaded since the last
+    build are read, with the first arrivals already known of their events, so the nightly
+    cost follows the new data, not the history. `lines` is the source's validated lines;
+    `value_columns` are the columns kept from the first copy beside the key and times.
+
+    A batch replaced by a new manifest: its events' first arrivals are recomputed from every
+    copy left; an event with no copy left gets a row marked batch_id '(vanished)', which
+    replaces its old row and which the post_hook vanished_first_arrivals() then deletes.
+#}
+{% macro first_arrivals(source_name, lines, value_columns) %}
+{%- set entry = dayclose.landing_source(source_name) -%}
+{%- set keys = entry['event_key'] -%}
+{%- set new_batches = dayclose.batches_loaded_since(source_name, this) -%}
+{%- set replaced = dayclose.replaced_batches(new_batches) if is_incremental() else [] -%}
+{%- set columns = keys + ['batch_id', 'batch_loaded_at', 'batch_completed_at', 'file_name', 'line_number',
+    'received_at', entry['event_at'], entry['event_date']] + value_columns -%}
+
+with
+
+new_lines as (
+
+    select {{ columns | join(', ') }} from {{ lines }}
+    where is_valid and {{ dayclose.batch_in(new_batches) }}
+
+),
+
+{%- if is_incremental() %}
+
+known as (
+
+    -- first arrivals already known of the new lines' events (but those in replaced batches)
+    select {% for c in columns %}known.{{ c }}{{ ', ' if not loop.last }}{% endfor %}
+    from {{ this }} as known
+    inner join (select distinct {{ keys | join(', ') }} from new_lines) as new_keys
+        on {{ dayclose.keys_equal(keys, 'known', 'new_keys') }}
+    where not {{ dayclose.batch_in(replaced, 'known.batch_id') }}
+
+),
+{%- endif %}
+{%- if replaced %}
+
+stale_keys as (
+
+    -- the events whose first arrival was in a replaced batch
+    select distinct {{ keys | join(', ') }} from {{ this }}
+    where {{ dayclose.batch_in(replaced) }}
+
+),
+
+copies_of_stale as (
+
+    select {% for c in columns %}lines.{{ c }}{{ ', ' if not loop.last }}{% endfor %}
+    from {{ lines }} as lines
+    inner join stale_keys
+        on {{ dayclose.keys_equal(keys, 'lines', 'stale_keys') }}
+    where lines.is_valid
+
+),
+{%- endif %}
+
+candidates as (
+
+    select * from new_lines
+    {%- if is_incremental() %}
+    union all
+    select * from known
+    {%- endif %}
+    {%- if replaced %}
+    union all
+    select * from copies_of_stale
+    {%- endif %}
+
+),
+
+ranked as (
+
+    select
+        *,
+        row_number() over (
+            partition by {{ keys | join(', ') }} order by {{ dayclose.arrival_order() }}
+        ) as arrival_rank
+
+    from candidates
+
+),
+
+first_copies as (
+
+    select {{ columns | join(', ') }} from ranked
+    where arrival_rank = 1
+
+),
+{%- if replaced %}
+
+vanished as (
+
+    select
+        {%- for c in columns %}
+        {% if c in keys %}stale_keys.{{ c }}{% elif c == 'batch_id' %}'(vanished)'{% else %}first_copies.{{ c }}{% endif %} as {{ c }}{{ ',' if not loop.last }}
+        {%- endfor %}
+
+    from stale_keys
+    left join first_copies
+        on {{ dayclose.keys_equal(keys, 'stale_keys', 'first_copies') }}
+    where first_copies.batch_id is null
+
+),
+{%- endif %}
+
+final as (
+
+    select * from first_copies
+    {%- if replaced %}
+    union all
+    select * from vanished
+    {%- endif %}
+
+)
+
+select * from final
+{% endmacro %}
+
+
+{# SQL condition: the `keys` columns of `left` and `right` are equal. #}
+{% macro keys_equal(keys, left, right) -%}
+    {% for k in keys %}{{ left }}.{{ k }} = {{ right }}.{{ k }}{{ ' and ' if not loop.last }}{% endfor %}
+{%- endmacro %}
+
+
+{# post_hook of a first-arrivals model: delete the rows of events with no copy left. #}
+{% macro vanished_first_arrivals() %}
+    delete from {{ this }} where batch_id = '(vanished)'
+{% endmacro %}
+
+
+{#
+    The body of <source>_conflicting_copies: each valid copy of an event, among the lines of
+    the day being built, whose values differ from the event's first arrival (which may be
+    on another day, or in another batch long ago). The first arrival is what counts; the
+    copy is recorded here with both lines, for analysts, and a gate warns. `compared` are
+    the columns a copy must agree on (the event time and the values).
+#}
+{% macro conflicting_copies(source_name, lines, compared) %}
+{%- set entry = dayclose.landing_source(source_name) -%}
+{%- set keys = entry['event_key'] -%}
+
+with
+
+copies as (
+
+    -- the day's lines (dbt limits them to the batch's day through their event_time)
+    select * from {{ lines }}
+    where is_valid
+
+),
+
+first_arrivals as (
+
+    -- every first arrival, whatever its day: a copy may come days after its first arrival
+    select * from {{ ref(entry['events_model']).render() }}
+
+),
+
+staged as (
+
+    select * from {{ ref('stg_landing__' ~ entry['table']) }}
+
+),
+
+conflicts as (
+
+    select
+        {%- for k in keys %}
+        copies.{{ k }},
+        {%- endfor %}
+        copies.{{ entry['event_date'] }},
+        first_arrivals.{{ entry['event_date'] }} as first_{{ entry['event_date'] }},
+        {%- for c in compared %}
+        first_arrivals.{{ c }} as first_{{ c }},
+        copies.{{ c }} as copy_{{ c }},
+        {%- endfor %}
+        first_arrivals.batch_id as first_batch_id,
+        first_arrivals.file_name as first_file_name,
+        first_arrivals.line_number as first_line_number,
+        copies.batch_id,
+        copies.file_name,
+        copies.line_number,
+        copies.batch_completed_at
+
+    from copies
+    inner join first_arrivals
+        on {{ dayclose.keys_equal(keys, 'copies', 'first_arrivals') }}
+    where
+        not (
+            copies.batch_id = first_arrivals.batch_id
+            and copies.file_name = first_arrivals.file_name
+            and copies.line_number = first_arrivals.line_number
+        )
+        and (
+            {%- for c in compared %}
+            copies.{{ c }} <> first_arrivals.{{ c }}{{ ' or' if not loop.last }}
+            {%- endfor %}
+        )
+
+),
+
+final as (
+
+    select
+        conflicts.*,
+        first_lines.raw_line as first_raw_line,
+        copy_lines.raw_line as copy_raw_line
+
+    from conflicts
+    left join staged as first_lines
+        on
+            conflicts.first_batch_id = first_lines.batch_id
+            and conflicts.first_file_name = first_lines.file_name
+            and conflicts.first_line_number = first_lines.line_number
+    left join staged as copy_lines
+        on
+            conflicts.batch_id = copy_lines.batch_id
+            and conflicts.file_name = copy_lines.file_name
+            and conflicts.line_number = copy_lines.line_number
+
+)
+
+select * from final
+{% endmacro %}
+
+
+{#
+    The body of <source>_dead_letters: every line of `lines` (validated) that is not valid,
+    with its raw text as received (and its exact bytes in hex when they are not text), its
+    batch, file, line number, reason and kind, and `columns` (what could be read of it).
+#}
+{% macro dead_letters(source_name, lines, columns) %}
+{%- set entry = dayclose.landing_source(source_name) -%}
+
+with
+
+invalid_lines as (
+
+    select * from {{ lines }}
+    where not is_valid
+
+),
+
+staged as (
+
+    select * from {{ ref('stg_landing__' ~ entry['table']) }}
+
+),
+
+final as (
+
+    select
+        invalid_lines.batch_id,
+        invalid_lines.batch_completed_at,
+        invalid_lines.file_name,
+        invalid_lines.line_number,
+        staged.raw_line,
+        staged.raw_line_hex,
+        invalid_lines.dead_letter_kind,
+        invalid_lines.dead_letter_reason,
+        {%- for c in columns %}
+        invalid_lines.{{ c }}{{ ',' if not loop.last }}
+        {%- endfor %}
+
+    from invalid_lines
+    inner join staged
+        on
+            invalid_lines.batch_id = staged.batch_id
+            and invalid_lines.file_name = staged.file_name
+            and invalid_lines.line_number = staged.line_number
+
+)
+
+select * from final
+{% endmacro %}

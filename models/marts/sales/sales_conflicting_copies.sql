@@ -1,0 +1,19 @@
+{#
+    Resent sales whose copy disagrees with the sale's first arrival (another amount,
+    shop or sale time: a till bug, a reused event_id): the first arrival counts, the
+    copy is recorded here with both lines, and a gate warns. Built per day of the copy,
+    with the nightly window.
+#}
+{{
+    config(
+        materialized='incremental',
+        incremental_strategy='microbatch',
+        event_time='sale_date',
+        batch_size='day',
+        begin=dayclose.microbatch_begin(),
+        lookback=dayclose.window_days('sales'),
+        tags=['sales'],
+    )
+}}
+
+{{ dayclose.conflicting_copies('sales', ref('int_sale_lines_validated'), ['sold_at', 'shop_id', 'amount']) }}
