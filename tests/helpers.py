@@ -166,3 +166,33 @@ def add_part(landing: Path, hour: str, lines: list[str], source: str = "sales") 
         {"name": "part-9999.jsonl", "rows": len(lines), "sha256": hashlib.sha256(blob).hexdigest()}
     )
     (folder / "_SUCCESS").write_text(json.dumps(manifest, indent=1) + "\n")
+
+
+def write_raw_batch(landing: Path, source: str, hour: str, files: dict[str, bytes]) -> Path:
+    """One sealed batch whose part files hold exactly `files` (name -> bytes), manifest included."""
+    folder = landing / source / f"arrived={hour}"
+    folder.mkdir(parents=True)
+    entries = []
+    for name, blob in files.items():
+        (folder / name).write_bytes(blob)
+        rows = blob.count(b"\n") + (1 if blob and not blob.endswith(b"\n") else 0)
+        entries.append({"name": name, "rows": rows, "sha256": hashlib.sha256(blob).hexdigest()})
+    manifest = {"source": source, "batch": hour, "files": entries}
+    (folder / "_SUCCESS").write_text(json.dumps(manifest))
+    return folder
+
+
+def split_lines(blob: bytes) -> list[bytes]:
+    """The contract's lines of a file: every '\\n' ends one, and a last line without one counts."""
+    lines = blob.split(b"\n")
+    return lines[:-1] if blob.endswith(b"\n") or not blob else lines
+
+
+def stored_lines(target: Target, table_name: str, batch_id: str) -> dict[tuple[str, int], bytes]:
+    """The raw table's lines of a batch as bytes: the exact bytes when kept in hex, else the text."""
+    rows = table(
+        target,
+        f"select file_name, line_number, raw_line, raw_line_hex from {{landing}}.{table_name} "
+        f"where batch_id = '{batch_id}'",
+    )
+    return {(f, int(n)): bytes.fromhex(h) if h is not None else text.encode() for f, n, text, h in rows}

@@ -127,10 +127,12 @@ def put_back(
         "bytes_hex varchar, byte_error varchar)"
     )
     if wh.kind == "duckdb":
+        # DuckDB's reader returns no row, silently, for a line over its max_line_size
+        longest = 4 * max(len(original) for _, original in replaced) + 1024
         wh.execute(
             "insert into dayclose_put_back select * from read_csv(?, header = false, auto_detect = false, "
             "columns = {'line_number': 'BIGINT', 'text_hex': 'VARCHAR', 'bytes_hex': 'VARCHAR', "
-            "'byte_error': 'VARCHAR'})",
+            f"'byte_error': 'VARCHAR'}}, max_line_size = {max(longest, 2_000_000)})",
             (str(spool),),
         )
         text = "decode(unhex(fix.text_hex))"
@@ -138,6 +140,11 @@ def put_back(
         with open(spool, "rb") as fh:
             wh.copy_from("copy dayclose_put_back from stdin with (format csv)", fh)
         text = "convert_from(decode(fix.text_hex, 'hex'), 'UTF8')"
+    staged = wh.scalar("select count(*) from dayclose_put_back")
+    if staged != len(replaced):
+        raise RuntimeError(
+            f"{staged} of {len(replaced)} sanitized lines of {file_name} read back for their bytes"
+        )
     wh.execute(
         f"update {relation} set raw_line = {text}, raw_line_hex = nullif(fix.bytes_hex, ''), "
         "byte_error = nullif(fix.byte_error, '') from dayclose_put_back as fix "
