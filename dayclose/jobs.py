@@ -28,7 +28,13 @@ from dayclose.audit import audit_row, record_restatement, record_run
 from dayclose.dates import utc_now
 from dayclose.errors import DaycloseError
 from dayclose.loader import RECHECK_DAYS, LoadReport, load_source, missing_markers
-from dayclose.publish import PublishMismatch, forget_unpublished_versions, publish, published_total
+from dayclose.publish import (
+    PublishMismatch,
+    export_for_readers,
+    forget_unpublished_versions,
+    publish,
+    published_total,
+)
 from dayclose.runlock import run_lock
 from dayclose.settings import PROJECT_DIR, Target
 from dayclose.sources import Source, source
@@ -154,9 +160,10 @@ def _locked(run: _Run, lock_timeout: float) -> RunSummary:
             summary.message = f"{type(exc).__name__}: {exc}"
             raise
         finally:
-            # every run is recorded, also one that raised
+            # every run is recorded, also one that raised; DuckDB readers get the new state
             with Warehouse(run.target) as wh:
                 record_run(wh, audit_row(summary, started))
+            export_for_readers(run.target)
     return summary
 
 
@@ -187,7 +194,7 @@ def _steps(run: _Run) -> None:
         )
     if summary.kind == "run":
         summary.window = _first_build_window(target, run.source, summary)
-        summary.window = _with_unpublished_days(target, run.source, summary.window)
+        _with_days_not_final(target, run.source, summary)
     variables = {**run.project_vars, "run_id": summary.run_id}
     if run.reason is not None:
         variables["restate_reason"] = run.reason
@@ -219,8 +226,13 @@ def _steps(run: _Run) -> None:
 
 def _publish(run: _Run) -> None:
     summary = run.summary
+    held = (
+        _days_held(run.target, run.source, summary)
+        if project_vars()["hold_days_with_conflicting_copies"]
+        else frozenset()
+    )
     try:
-        _timed(run, "publish", publish_step, run.target, summary.job, summary.window, summary.as_of)
+        _timed(run, "publish", publish_step, run.target, summary.job, summary.window, summary.as_of, held)
     except PublishMismatch as exc:
         # built and gated, refused at publication (a later as-of already published these days)
         summary.status = "not published"
@@ -233,6 +245,25 @@ def _publish(run: _Run) -> None:
     else:
         summary.published = True
         summary.status = "published" if not summary.load.refused else "published; batches refused"
+        if held:
+            summary.days_held = sorted(held)
+            summary.status += "; days held back"
+            forget_unpublished_versions(run.target, summary.run_id, held)
+
+
+def _days_held(target: Target, src: Source, summary: RunSummary) -> frozenset[date]:
+    """The days of the window with a conflicting copy (its day and its first arrival's day)."""
+    day = project_vars()["landing_sources"][src.name]["event_date"]
+    with Warehouse(target) as wh:
+        if not wh.relation_exists(target.schema, f"{src.name}_conflicting_copies"):
+            return frozenset()
+        rows = wh.query(
+            f"select {day}, first_{day} from {target.schema}.{src.name}_conflicting_copies "
+            f"where {day} >= %s and {day} < %s",
+            summary.window,
+        )
+    start, end = summary.window
+    return frozenset(d for row in rows for d in row if start <= d < end)
 
 
 def load_step(
@@ -270,32 +301,53 @@ def build_step(
     return outcome
 
 
-def publish_step(target: Target, job_name: str, window: tuple[date, date], as_of: datetime) -> dict[str, int]:
-    """Publish the window to the readers' schema, atomically."""
+def publish_step(
+    target: Target,
+    job_name: str,
+    window: tuple[date, date],
+    as_of: datetime,
+    held: frozenset[date] = frozenset(),
+) -> dict[str, int]:
+    """Publish the window (but the held days) to the readers' schema, atomically."""
     with Warehouse(target) as wh:
-        return publish(wh, job_name, window[0], window[1], as_of)
+        return publish(wh, job_name, window[0], window[1], as_of, held)
 
 
-def _with_unpublished_days(target: Target, src: Source, window: tuple[date, date]) -> tuple[date, date]:
-    """Widen the window to days built by earlier runs whose gates failed, so they get published.
+def _with_days_not_final(target: Target, src: Source, summary: RunSummary) -> None:
+    """Widen the window back to the days that are not final yet, or list them for a restatement.
 
-    A failed run has rebuilt its window on the write side without publishing it; the next
-    run's window may no longer reach its first day, which would then stay unpublished.
+    A day is final once a published run rebuilt it at its last window position or later (as
+    of day D + window_days). Runs missed (the scheduler was down) or failed leave days that
+    left the window without that build, or were never built at all: the next run catches
+    them up, when they are at most catch_up_max_days before its window; older ones are listed
+    for a restatement and the run warns. Read from the run audit: nothing to keep besides.
     """
+    window, days = summary.window, summary.window_days
     with Warehouse(target) as wh:
-        if not wh.relation_exists(f"{target.schema}_published", "run_audit"):
-            return window
         audit = f"{target.schema}_published.run_audit"
-        first = wh.scalar(
-            f"select min(window_start) from {audit} where job = %s and not published "
-            "and status in ('gates failed', 'build failed', 'error') and started_at > coalesce("
-            f"(select max(started_at) from {audit} where job = %s and published), "
-            "cast('1900-01-01' as timestamp))",
-            (src.name, src.name),
+        if not wh.relation_exists(f"{target.schema}_published", "run_audit"):
+            return
+        runs = wh.query(
+            f"select window_start, window_end, as_of from {audit} where job = %s and published", (src.name,)
         )
-    if first is not None and first < window[0]:
-        return first, window[1]
-    return window
+    if not runs:
+        return
+    final = {
+        start + timedelta(days=n)
+        for start, end, as_of in runs
+        for n in range((end - start).days)
+        if as_of.date() >= start + timedelta(days=n + days)
+    }
+    first = min(start for start, _, _ in runs)
+    not_final = [first + timedelta(days=n) for n in range((window[0] - first).days)]
+    not_final = [day for day in not_final if day not in final]
+    if not not_final:
+        return
+    limit = window[0] - timedelta(days=int(project_vars()["catch_up_max_days"]))
+    summary.days_not_final = [day for day in not_final if day < limit]
+    caught_up = [day for day in not_final if day >= limit]
+    if caught_up:
+        summary.window = (caught_up[0], window[1])
 
 
 def _first_build_window(target: Target, src: Source, summary: RunSummary) -> tuple[date, date]:

@@ -6,12 +6,18 @@ The flows call dayclose.jobs exactly as the CLI does; they pass
   double a number), and
 - prefect-dbt's PrefectDbtRunner as the dbt invoker, so each dbt node is a task
   with its own logs.
-A run that finds completeness markers missing ends Scheduled for a later time: it
-holds no worker while it waits. A run whose gates fail ends Failed, naming the gate.
+A run that finds completeness markers missing books a follow-up run of its own deployment
+(same parameters, the night's as-of pinned) DAYCLOSE_WAIT_FOR_MARKERS_MINUTES later and
+ends Cancelled, named AwaitingMarkers: its process exits, so no worker is held while it
+waits, and the follow-up runs like any scheduled run. After
+DAYCLOSE_WAIT_FOR_MARKERS_MAX_CHECKS follow-ups of the same night it ends Failed. (A flow
+cannot return Scheduled: under a worker that ends Crashed, and flow retries sleep in the
+worker's process.) A run whose gates fail ends Failed, naming the gate.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -21,11 +27,12 @@ from typing import Any
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.context import get_run_context
-from prefect.states import Completed, Failed, Scheduled, State
+from prefect.states import Cancelled, Completed, Failed, State
 from prefect.tasks import exponential_backoff
 
 from dayclose.dates import parse_as_of, parse_date
 from dayclose.jobs import restate, run_nightly
+from dayclose.loader import pending_summary
 from dayclose.settings import PROJECT_DIR, Target, profiles_dir, resolve_target
 from dayclose.summary import RunSummary
 
@@ -33,6 +40,8 @@ RETRIED_STEPS = ("load", "build")
 RETRIES = int(os.environ.get("DAYCLOSE_TASK_RETRIES", "3"))
 BACKOFF_SECONDS = float(os.environ.get("DAYCLOSE_RETRY_BACKOFF_SECONDS", "10"))
 WAIT_MINUTES = float(os.environ.get("DAYCLOSE_WAIT_FOR_MARKERS_MINUTES", "15"))
+MAX_CHECKS = int(os.environ.get("DAYCLOSE_WAIT_FOR_MARKERS_MAX_CHECKS", "24"))
+AWAITING = "AwaitingMarkers"
 
 
 def task_step(name: str, fn: Callable[..., Any], *args: Any) -> Any:
@@ -71,11 +80,7 @@ def final_state(summary: RunSummary) -> State:
     for line in summary.lines():
         logger.info(line)
     if summary.missing_markers:
-        return Scheduled(
-            scheduled_time=datetime.now(UTC) + timedelta(minutes=WAIT_MINUTES),
-            message=f"waiting for _SUCCESS of {len(summary.missing_markers)} arrival hours, first "
-            f"{summary.missing_markers[0]}; nothing built or published",
-        )
+        return _awaiting_markers(summary)
     if not summary.ok:
         failed = [n for n in (summary.build.failed() if summary.build else [])]
         detail = "; ".join(
@@ -139,3 +144,83 @@ def restate_flow_body(
         run_id=flow_run_id(),
     )
     return final_state(summary)
+
+
+def _awaiting_markers(summary: RunSummary) -> State:
+    """Book the night's follow-up run (at most one waiting) and end the run as waiting."""
+    import prefect.runtime.flow_run
+
+    waiting = (
+        f"waiting for _SUCCESS of {len(summary.missing_markers)} arrival hours "
+        f"({pending_summary(summary.missing_markers)}); nothing built or published"
+    )
+    night = f"{summary.kind}-{summary.job}-{summary.as_of:%Y%m%dT%H%M}"
+    parameters = {**prefect.runtime.flow_run.parameters, "as_of": summary.as_of.isoformat(timespec="minutes")}
+    booked = book_follow_up(night, parameters, timedelta(minutes=WAIT_MINUTES), MAX_CHECKS)
+    if booked is None:
+        return Cancelled(name=AWAITING, message=f"{waiting}; not a deployment run: run it again later")
+    if booked == "exhausted":
+        return Failed(message=f"{waiting} after {MAX_CHECKS} checks; giving up, nothing published")
+    return Cancelled(name=AWAITING, message=f"{waiting}; checking again at {booked:%Y-%m-%d %H:%M:%S} UTC")
+
+
+def book_follow_up(
+    night: str, parameters: dict[str, Any], wait: timedelta, max_checks: int
+) -> datetime | str | None:
+    """Schedule one follow-up run of this run's deployment for `night`: its expected start.
+
+    None outside a deployment run; "exhausted" once the night had `max_checks` follow-ups.
+    A follow-up already waiting for the night (by its tag) is not booked twice, and the
+    idempotency key (deployment, night, time slot) makes a repeated call return the same run.
+    """
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        FlowRunFilter,
+        FlowRunFilterDeploymentId,
+        FlowRunFilterId,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+        FlowRunFilterTags,
+    )
+    from prefect.client.schemas.objects import StateType
+    from prefect.context import FlowRunContext
+    from prefect.deployments import run_deployment
+
+    context = FlowRunContext.get()
+    this = context.flow_run if context else None
+    if this is None or this.deployment_id is None:
+        return None
+    tag = f"night:{night}"
+    mine = FlowRunFilterDeploymentId(any_=[this.deployment_id])
+    with get_client(sync_client=True) as client:
+        waiting = client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(
+                deployment_id=mine,
+                tags=FlowRunFilterTags(all_=[tag]),
+                id=FlowRunFilterId(not_any_=[this.id]),
+                state=FlowRunFilterState(
+                    type=FlowRunFilterStateType(any_=[StateType.SCHEDULED, StateType.PENDING])
+                ),
+            ),
+            limit=1,
+        )
+        if waiting:
+            return waiting[0].expected_start_time
+        checks = client.count_flow_runs(
+            flow_run_filter=FlowRunFilter(deployment_id=mine, tags=FlowRunFilterTags(all_=[tag]))
+        )
+    if checks >= max_checks:
+        return "exhausted"
+    step = max(wait.total_seconds(), 1.0)
+    slot = datetime.fromtimestamp(math.ceil((datetime.now(UTC) + wait).timestamp() / step) * step, UTC)
+    run = run_deployment(
+        this.deployment_id,
+        parameters=parameters,
+        scheduled_time=slot,
+        timeout=0,  # book it, do not wait for it
+        as_subflow=False,  # a subflow would be cancelled with this run
+        idempotency_key=f"{AWAITING}/{this.deployment_id}/{night}/{slot:%Y%m%dT%H%M%S}",
+        tags=[AWAITING, tag],
+        flow_run_name=f"{night}-check-{slot:%H%M%S}",
+    )
+    return run.expected_start_time or slot

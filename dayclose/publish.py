@@ -9,8 +9,9 @@ compares the row counts of the published days with the built ones. Nothing reach
 published schema from a run whose gates failed, because this step is not called.
 
 On Postgres a role (DAYCLOSE_READER_ROLE, default dayclose_reader) may read the
-published schema and nothing else. DuckDB has no roles: give readers the published
-schema through a read-only connection, or export it.
+published schema and nothing else. DuckDB has no roles, and a reader's connection to the
+warehouse file would lock out the writer: DuckDB readers read a copy of the published
+schema in a file of their own, replaced whole after every run (export_for_readers).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import json
 import os
 from dataclasses import dataclass
 from datetime import date, datetime
+from pathlib import Path
 
 from dayclose.settings import Target
 from dayclose.sources import Source
@@ -71,12 +73,24 @@ def published_schema(wh: Warehouse) -> str:
     return f"{wh.target.schema}_published"
 
 
-def publish(wh: Warehouse, job: str, start: date, end: date, as_of: datetime) -> dict[str, int]:
-    """Publish the job's relations for days [start, end) atomically; rows published by relation.
+def _days(column: str, start: date, end: date, held: frozenset[date]) -> tuple[str, tuple]:
+    """SQL condition and parameters: `column` in [start, end) and not one of the held days."""
+    where, params = f"{column} >= %s and {column} < %s", [start, end]
+    if held:
+        where += f" and {column} not in ({', '.join(['%s'] * len(held))})"
+        params += sorted(held)
+    return where, tuple(params)
 
-    Refuses (PublishMismatch, nothing published) when a run with a later as-of instant has
-    already published any of these days: a rerun of an older night must not overwrite
-    newer numbers.
+
+def publish(
+    wh: Warehouse, job: str, start: date, end: date, as_of: datetime, held: frozenset[date] = frozenset()
+) -> dict[str, int]:
+    """Publish the job's relations for days [start, end) but the `held` ones, atomically.
+
+    Returns the rows published by relation. Refuses (PublishMismatch, nothing published)
+    when a run with a later as-of instant has already published any of these days: a rerun
+    of an older night must not overwrite newer numbers. Days before `start` that readers
+    were told can still change are marked final: no nightly run will rebuild them.
     """
     pub = published_schema(wh)
     src = wh.target.schema
@@ -89,39 +103,84 @@ def publish(wh: Warehouse, job: str, start: date, end: date, as_of: datetime) ->
             if not wh.relation_exists(pub, rel.name):
                 # empty first, so that only the days this run built and gated are published
                 wh.execute(f"create table {target} as select * from {source} where 1 = 0")
-            elif rel.date_column and rel.as_of_stamped:
-                newest = wh.scalar(
-                    f"select max(built_as_of) from {target} "
-                    f"where {rel.date_column} >= %s and {rel.date_column} < %s",
-                    (start, end),
-                )
-                if newest is not None and newest > as_of:
-                    raise PublishMismatch(
-                        f"{target}: days {start}..{end} were published by a run as of {newest}, later "
-                        f"than this run's {as_of}; not overwriting newer numbers"
-                    )
             if rel.date_column is None:
                 wh.execute(f"delete from {target}")
                 wh.execute(f"insert into {target} select * from {source}")
-            else:
-                where = f"{rel.date_column} >= %s and {rel.date_column} < %s"
-                wh.execute(f"delete from {target} where {where}", (start, end))
-                wh.execute(f"insert into {target} select * from {source} where {where}", (start, end))
-            counts[rel.name] = _check_copy(wh, rel, target, source, start, end)
+                counts[rel.name] = _check_copy(wh, target, source, "1 = 1", ())
+                continue
+            where, params = _days(rel.date_column, start, end, held)
+            if rel.as_of_stamped:
+                _refuse_older(wh, target, where, params, as_of)
+            wh.execute(f"delete from {target} where {where}", params)
+            wh.execute(f"insert into {target} select * from {source} where {where}", params)
+            counts[rel.name] = _check_copy(wh, target, source, where, params)
+            if rel.as_of_stamped:
+                wh.execute(
+                    f"update {target} set can_still_change = false "
+                    f"where {rel.date_column} < %s and can_still_change",
+                    (start,),
+                )
     if wh.kind == "postgres":
         grant_reader(wh)
     return counts
 
 
-def _check_copy(wh: Warehouse, rel: Published, target: str, source: str, start: date, end: date) -> int:
-    where, params = "", ()
-    if rel.date_column:
-        where, params = f" where {rel.date_column} >= %s and {rel.date_column} < %s", (start, end)
-    theirs = wh.scalar(f"select count(*) from {source}{where}", params)
-    ours = wh.scalar(f"select count(*) from {target}{where}", params)
+def _refuse_older(wh: Warehouse, target: str, where: str, params: tuple, as_of: datetime) -> None:
+    newest = wh.scalar(f"select max(built_as_of) from {target} where {where}", params)
+    if newest is not None and newest > as_of:
+        raise PublishMismatch(
+            f"{target}: days {params[0]}..{params[1]} were published by a run as of {newest}, later "
+            f"than this run's {as_of}; not overwriting newer numbers"
+        )
+
+
+def _check_copy(wh: Warehouse, target: str, source: str, where: str, params: tuple) -> int:
+    theirs = wh.scalar(f"select count(*) from {source} where {where}", params)
+    ours = wh.scalar(f"select count(*) from {target} where {where}", params)
     if theirs != ours:
-        raise PublishMismatch(f"{target}: {ours} rows published for {start}..{end}, {theirs} built")
+        raise PublishMismatch(f"{target}: {ours} rows published, {theirs} built ({where} {params})")
     return int(ours)
+
+
+def readers_file(target: Target) -> Path | None:
+    """Where DuckDB readers read: a copy of the published schema, replaced whole after each run."""
+    if target.duckdb_path is None:
+        return None
+    configured = os.environ.get("DAYCLOSE_PUBLISHED_DUCKDB")
+    return Path(configured) if configured else target.duckdb_path.with_suffix(".published.duckdb")
+
+
+def export_for_readers(target: Target) -> Path | None:
+    """DuckDB: copy the published schema into the readers' file, atomically.
+
+    DuckDB lets one process write a database file, and a reader's connection, even a
+    read-only one, locks it: a dashboard on the warehouse file would stop the nightly
+    run. Readers therefore get their own file, written beside it under a temporary name
+    and renamed over the old one (atomic): a reader keeps the copy it opened, sees the new
+    one when it connects again, and never holds a lock the writer needs.
+    """
+    path = readers_file(target)
+    if path is None:
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fresh = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fresh.unlink(missing_ok=True)
+    with Warehouse(target) as wh:
+        pub = published_schema(wh)
+        tables = [
+            name
+            for (name,) in wh.query(
+                "select table_name from information_schema.tables where table_schema = %s order by 1", (pub,)
+            )
+        ]
+        wh.execute(f"attach '{fresh}' as readers_copy")
+        try:
+            for name in tables:
+                wh.execute(f"create table readers_copy.{name} as select * from {pub}.{name}")
+        finally:
+            wh.execute("detach readers_copy")
+    os.replace(fresh, path)
+    return path
 
 
 def reader_role() -> str:
@@ -154,8 +213,16 @@ def published_total(target: Target, src: Source, window: tuple[date, date]) -> f
     return None if value is None else float(value)
 
 
-def forget_unpublished_versions(target: Target, run_id: str) -> None:
-    """Published-value versions exist only for values that were published: drop a run's others."""
+def forget_unpublished_versions(target: Target, run_id: str, days: frozenset[date] | None = None) -> None:
+    """Published-value versions exist only for values that were published: drop a run's others
+    (all of them, or those of the days held back)."""
     with Warehouse(target) as wh:
-        if wh.relation_exists(target.schema, "daily_good_units_versions"):
-            wh.execute(f"delete from {target.schema}.daily_good_units_versions where run_id = %s", (run_id,))
+        if not wh.relation_exists(target.schema, "daily_good_units_versions"):
+            return
+        where, params = "run_id = %s", (run_id,)
+        if days is not None:
+            if not days:
+                return
+            where += f" and production_date in ({', '.join(['%s'] * len(days))})"
+            params += tuple(sorted(days))
+        wh.execute(f"delete from {target.schema}.daily_good_units_versions where {where}", params)

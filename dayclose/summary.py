@@ -45,6 +45,8 @@ class RunSummary:
     status: str = "started"
     message: str = ""
     step_seconds: dict[str, float] = field(default_factory=dict)
+    days_not_final: list[date] = field(default_factory=list)  # missed nights beyond catch_up_max_days
+    days_held: list[date] = field(default_factory=list)  # not published: conflicting copies
 
     @property
     def source(self) -> Source:
@@ -117,11 +119,32 @@ class RunSummary:
                 "  days with events too late for the window (restate them): "
                 + ", ".join(str(d) for d in self.restate_days)
             )
+        if self.days_not_final:
+            out.append(
+                f"  WARNING: {len(self.days_not_final)} days never had their final build (missed nights "
+                f"beyond catch_up_max_days), restate them: {_day_ranges(self.days_not_final)}"
+            )
+        if self.days_held:
+            out.append(
+                f"  held back (conflicting copies, hold_days_with_conflicting_copies): "
+                f"{_day_ranges(self.days_held)}; their previous published numbers stay"
+            )
         published = "published to the readers' schema" if self.published else "NOT published"
         out.append(f"  result: {'ok' if self.ok else 'FAILED'}: {self.status}; {published}")
         if self.message:
             out.append(f"  {self.message}")
         return out
+
+
+def _day_ranges(days: list[date]) -> str:
+    """'2026-11-01..2026-11-03, 2026-11-07' for a sorted list of days."""
+    ranges: list[list[date]] = []
+    for day in days:
+        if ranges and day == ranges[-1][1] + timedelta(days=1):
+            ranges[-1][1] = day
+        else:
+            ranges.append([day, day])
+    return ", ".join(str(a) if a == b else f"{a}..{b}" for a, b in ranges)
 
 
 def _failing_rows(wh: Warehouse, relation: str, limit: int = 5) -> list[str]:

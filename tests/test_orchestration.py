@@ -109,7 +109,8 @@ def test_missing_marker_means_no_publication_and_no_success(
     state = sales_nightly(
         as_of="2026-11-24T00:30", target=engine.name, landing=str(landing), return_state=True
     )
-    assert state.is_scheduled() and not state.is_completed()
+    # outside a deployment nothing books a follow-up: the run ends waiting, not Completed
+    assert state.is_cancelled() and state.name == "AwaitingMarkers"
     assert "2026-11-23T14" in state.message
     assert published(engine) == {}
     [(status, was_published)] = table(engine, "select status, published from {schema}_published.run_audit")

@@ -1,0 +1,237 @@
+"""Nothing stops the night and nothing is counted wrong: the jobs side by side, conflicting
+and cross-day resends, missed nights, and readers that must never block the writer."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import date
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from dayclose import jobs
+from dayclose.generate import generate_sales, read_sales_truth
+from dayclose.jobs import run_nightly
+from dayclose.publish import readers_file
+from dayclose.settings import Target
+from tests.helpers import daily_sales, sale, steady_production, table, ts, unit, write_batch
+
+MONDAY = "2026-11-23"
+
+
+def run(target: Target, landing: Path, as_of: str, job: str = "sales"):
+    summary = run_nightly(job, target, landing, ts(as_of), quiet=True)
+    assert summary.build is not None, summary.lines()
+    return summary
+
+
+def test_each_job_keeps_the_other_jobs_relations(engine: Target, landing: Path) -> None:
+    """A units run never rebuilds the sales models (on Postgres that dropped the sales dead
+    letters, a view on a view it rebuilt), and the other way round."""
+    write_batch(
+        landing, "2026-11-23T10", [sale("a", "S-001", "2026-11-23T10:00:00Z", "2026-11-23T10:01:00Z"), "{"]
+    )
+    steady_production(landing, ["L-001-1"], "2026-11-22", 2)
+    write_batch(landing, "2026-11-23T11", [unit("L-001-1", 5, "2026-11-23T11:00:00Z", "bad")], source="units")
+    assert run(engine, landing, "2026-11-24T00:30", "sales").ok
+    for job in ("units", "sales", "units"):
+        assert run(engine, landing, "2026-11-24T00:30", job).ok
+        for source in ("sales", "units"):
+            rows = table(engine, f"select count(*) from {{schema}}.{source}_dead_letters")
+            assert rows == [(1,)], (job, source)
+
+
+def test_conflicting_resend_counts_its_first_arrival_and_publishes_the_rest(
+    engine: Target, landing: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A till resends an event with another amount: the first arrival counts, the copy is
+    recorded with both lines, the gate warns, and every shop is published."""
+    write_batch(
+        landing,
+        "2026-11-23T10",
+        [
+            sale("c1", "S-001", "2026-11-23T10:00:00Z", "2026-11-23T10:01:00Z", "10.00"),
+            sale("n1", "S-002", "2026-11-23T10:00:00Z", "2026-11-23T10:01:00Z", "5.00"),
+            sale("o1", "S-003", "2026-11-22T10:00:00Z", "2026-11-23T10:02:00Z", "7.00"),
+        ],
+    )
+    write_batch(
+        landing,
+        "2026-11-23T15",
+        [sale("c1", "S-001", "2026-11-23T10:00:00Z", "2026-11-23T15:01:00Z", "90000.00")],
+    )
+    summary = run(engine, landing, "2026-11-24T00:30")
+    assert summary.ok and summary.published, summary.lines()
+    assert daily_sales(engine) == {
+        (MONDAY, "S-001"): (Decimal("10.00"), 1),
+        (MONDAY, "S-002"): (Decimal("5.00"), 1),
+        ("2026-11-22", "S-003"): (Decimal("7.00"), 1),
+    }
+    assert "sales_copies_agree_with_first_arrivals" in summary.gate_failures  # a warning
+    [conflict] = table(
+        engine,
+        "select event_id, first_amount, copy_amount, first_batch_id, batch_id, first_raw_line, copy_raw_line "
+        "from {schema}_published.sales_conflicting_copies",
+    )
+    assert conflict[:5] == ("c1", Decimal("10.00"), Decimal("90000.00"), "2026-11-23T10", "2026-11-23T15")
+    assert '"10.00"' in conflict[5] and '"90000.00"' in conflict[6]
+
+    # holding back the days concerned: Monday keeps its previous numbers, Sunday is published
+    monkeypatch.setitem(jobs.project_vars(), "hold_days_with_conflicting_copies", True)
+    write_batch(
+        landing,
+        "2026-11-23T16",
+        [
+            sale("n2", "S-002", "2026-11-23T16:00:00Z", "2026-11-23T16:01:00Z", "1.00"),
+            sale("o2", "S-003", "2026-11-22T16:00:00Z", "2026-11-23T16:02:00Z", "2.00"),
+        ],
+    )
+    held = run(engine, landing, "2026-11-24T00:30")
+    assert held.ok and held.days_held == [date(2026, 11, 23)], held.lines()
+    published = daily_sales(engine)
+    assert published[(MONDAY, "S-002")] == (Decimal("5.00"), 1)  # held: the numbers before
+    assert published[("2026-11-22", "S-003")] == (Decimal("9.00"), 2)  # published
+
+
+def test_a_resend_on_another_day_counts_once(engine: Target, landing: Path) -> None:
+    """An event first arrived on Nov 10 (long out of the window) comes again on Nov 23 with
+    another event time: it is not counted again on its new day."""
+    write_batch(
+        landing,
+        "2026-11-10T09",
+        [sale("x1", "S-001", "2026-11-10T09:00:00Z", "2026-11-10T09:01:00Z", "20.00")],
+    )
+    for day in range(10, 24):
+        write_batch(
+            landing,
+            f"2026-11-{day}T08",
+            [sale(f"d{day}", "S-002", f"2026-11-{day}T08:00:00Z", f"2026-11-{day}T08:01:00Z")],
+        )
+    assert run(engine, landing, "2026-11-12T00:30").ok
+    write_batch(
+        landing,
+        "2026-11-23T09",
+        [sale("x1", "S-001", "2026-11-22T09:00:00Z", "2026-11-23T09:01:00Z", "20.00")],
+    )
+    summary = run(engine, landing, "2026-11-24T00:30")
+    assert summary.ok, summary.lines()
+    published = daily_sales(engine)
+    assert published[("2026-11-10", "S-001")] == (Decimal("20.00"), 1)
+    assert ("2026-11-22", "S-001") not in published
+    [(copy_day, first_day)] = table(
+        engine, "select sale_date, first_sale_date from {schema}_published.sales_conflicting_copies"
+    )
+    assert (str(copy_day), str(first_day)) == ("2026-11-22", "2026-11-10")
+
+
+def test_missed_nights_are_caught_up_and_readers_told_the_truth(
+    engine: Target, landing: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scheduler is down for two nights: the next run rebuilds the days that left the
+    window meanwhile, to the truth, and marks them final; beyond catch_up_max_days it lists
+    the days for a restatement instead and still tells readers no nightly run will change them."""
+    generate_sales(landing, date(2026, 11, 16), 12, shops=20, events_per_day=600, seed=7)
+    truth: dict[str, Decimal] = {}
+    for (day, _), (amount, _) in read_sales_truth(landing / "truth" / "sales_daily_totals.csv").items():
+        truth[day] = truth.get(day, Decimal(0)) + Decimal(amount)
+    assert run(engine, landing, "2026-11-21T00:30").ok  # builds Nov 16 .. 20
+    # Nov 22 and 23 00:30: the scheduler is down
+    summary = run(engine, landing, "2026-11-24T00:30")  # window Nov 20 .. 23
+    assert summary.ok, summary.lines()
+    # Nov 18 and 19 left the window without their last rebuild (as of Nov 22 and Nov 23)
+    assert summary.window[0] == date(2026, 11, 18), summary.window
+    totals = {d: sum(a for (day, _), (a, _) in daily_sales(engine).items() if day == d) for d in truth}
+    for day in ("2026-11-18", "2026-11-19", "2026-11-20"):
+        assert totals[day] == truth[day], day
+    status = dict(
+        table(
+            engine,
+            "select sale_date, bool_or(can_still_change) from {schema}_published.daily_sales group by 1",
+        )
+    )
+    assert [str(d) for d, changing in sorted(status.items()) if changing] == [
+        "2026-11-21",
+        "2026-11-22",
+        "2026-11-23",
+    ]
+
+    # a week down, with catch-up limited to 2 days: older days are listed, and final for readers
+    monkeypatch.setitem(jobs.project_vars(), "catch_up_max_days", 2)
+    late = run(engine, landing, "2026-11-28T00:30")  # window Nov 24 .. 27
+    assert late.ok, late.lines()
+    assert late.window[0] == date(2026, 11, 22)
+    assert late.days_not_final == [date(2026, 11, 21)]
+    assert any("restate them: 2026-11-21" in line for line in late.lines())
+    status = dict(
+        table(
+            engine,
+            "select sale_date, bool_or(can_still_change) from {schema}_published.daily_sales group by 1",
+        )
+    )
+    assert not status[date(2026, 11, 21)]
+
+
+def test_a_duckdb_reader_never_blocks_the_nightly_run(engine: Target, landing: Path, tmp_path: Path) -> None:
+    if engine.name != "duckdb":
+        pytest.skip("Postgres readers use the reader role; DuckDB readers read their own file")
+    write_batch(
+        landing, "2026-11-23T10", [sale("a", "S-001", "2026-11-23T10:00:00Z", "2026-11-23T10:01:00Z")]
+    )
+    assert run(engine, landing, "2026-11-24T00:30").ok
+    path = readers_file(engine)
+    assert path is not None and path.exists()
+    # a dashboard holds a read-only connection to the readers' file in another process
+    reader = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import duckdb, sys\n"
+            f"c = duckdb.connect({str(path)!r}, read_only=True)\n"
+            "print(c.execute('select sum(sales_amount) from daily_sales').fetchone()[0], flush=True)\n"
+            "sys.stdin.readline()\n"
+            "print(c.execute('select sum(sales_amount) from daily_sales').fetchone()[0], flush=True)\n",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert reader.stdout is not None and reader.stdin is not None
+        assert Decimal(reader.stdout.readline()) == Decimal("10.00")
+        write_batch(
+            landing, "2026-11-23T11", [sale("b", "S-001", "2026-11-23T11:00:00Z", "2026-11-23T11:01:00Z")]
+        )
+        again = run(engine, landing, "2026-11-24T00:30")
+        assert again.ok, again.lines()  # not blocked: exit 0, published
+        reader.stdin.write("\n")
+        reader.stdin.flush()
+        assert Decimal(reader.stdout.readline()) == Decimal("10.00")  # its snapshot, unchanged
+    finally:
+        reader.kill()
+        reader.wait()
+    fresh = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import duckdb; print(duckdb.connect({str(path)!r}, read_only=True)"
+            ".execute('select sum(sales_amount) from daily_sales').fetchone()[0])",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert Decimal(fresh.stdout) == Decimal("20.00")
+    tables = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import duckdb; print(sorted(r[0] for r in duckdb.connect({str(path)!r}, "
+            "read_only=True).execute('show tables').fetchall()))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "run_audit" in tables and "daily_sales" in tables
