@@ -1,321 +1,341 @@
 """Benchmark of the sales path, DuckDB and Postgres side by side (not a test).
 
-    .venv/bin/python -m bench.run                    # the figures in the README
-    .venv/bin/python -m bench.run --events-per-day 5000 --long-days 60 --big-day 200000   # a smoke run
+    .venv/bin/python -m bench.run        # the full run (about 60 min; the first time 10 more to generate)
+    .venv/bin/python -m bench.run --events-per-day 3000 --short-days 10 --long-days 30 \\
+        --big-days 20000,100000 --nights 1                                  # smoke: under 2 minutes
+    .venv/bin/python -m bench.run --cases loader,memory --engines duckdb     # some cases, one engine
 
-(a) the nightly run's wall time with `--short-days` vs `--long-days` of history;
-    the nightly cost must follow the window, not the history (ratio <= 1.2);
-(b) the nightly run (load + dbt build with its gates) vs one hand-written SQL
-    statement doing the same window rebuild on the same engine;
-(c) loader rows/s vs the engine's own bulk load of the same files (DuckDB
-    read_json, Postgres COPY), and the loader's peak memory on a --big-day day.
+(a) history ratio: the nightly run (lock, load the night's 24 batches, dbt build with every
+    model and gate, publish) with --long-days of history against --short-days; the cost must
+    follow the window, not the history (goal <= 1.2). Each landing's history is built once
+    (untimed), then --nights consecutive nights are timed (the mean is the figure).
+(b) the nightly run against the same window rebuilt by one hand-written statement from the
+    raw lines (bench/handwritten.py: decode by the contract, validate, first arrival,
+    aggregate per shop and day), checked equal to daily_sales.
+(c) loader lines/s (sha256 and cleanliness pre-pass, then the engine reads the lines) against
+    the engine's bare bulk load of the same files, no checks: DuckDB read_csv of one text
+    column (read_json for reference), Postgres COPY of whole lines (goal: loader >= 0.5x).
+(d) peak memory (VmHWM) of a child process that loads one day of --big-days events through
+    the loader: flat in the size of the day (DuckDB runs inside it; Postgres in the server).
 
-Postgres comes from the libpq variables (default 127.0.0.1:5432, user postgres);
-each case gets a fresh database. Results go to stdout and bench/results/.
+Data under /work/bench-data (DAYCLOSE_BENCH_DATA); Postgres from the libpq variables (default
+127.0.0.1:5432, user postgres), a fresh database per case. Raw results: bench/results/.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import subprocess
 import sys
-import tempfile
 import time
-import uuid
-from contextlib import contextmanager
 from datetime import date, datetime, timedelta
 from pathlib import Path
 
-import psycopg2
+from bench.common import (
+    DATA,
+    ENGINES,
+    Timer,
+    dbt_log_status,
+    fresh_target,
+    landing_files,
+    load_average,
+    log,
+    machine,
+    node_seconds,
+    sales_landing,
+    table,
+    ticking,
+    top_nodes,
+    write_results,
+)
+from bench.handwritten import differences, run_statement, sales_sql
 
-from dayclose.generate import generate_sales
-from dayclose.jobs import run_nightly
-from dayclose.loader import load_source, load_workers
-from dayclose.settings import Target, resolve_target
-from dayclose.sources import SALES
-from dayclose.warehouse import Warehouse
-
-ENGINES = ("duckdb", "postgres")
-RESULTS = Path(__file__).resolve().parent / "results"
-
-
-@contextmanager
-def fresh_target(engine: str, workdir: Path):
-    """A new empty warehouse: a DuckDB file, or a Postgres database dropped afterwards."""
-    os.environ["DAYCLOSE_STATE_DIR"] = str(workdir / f"state-{uuid.uuid4().hex[:6]}")
-    if engine == "duckdb":
-        path = workdir / f"bench-{uuid.uuid4().hex[:6]}.duckdb"
-        os.environ["DAYCLOSE_DUCKDB"] = str(path)
-        yield resolve_target("duckdb")
-        path.unlink(missing_ok=True)
-        return
-    os.environ.setdefault("PGHOST", "127.0.0.1")
-    os.environ.setdefault("PGUSER", "postgres")
-    name = f"dayclose_bench_{uuid.uuid4().hex[:8]}"
-    admin = psycopg2.connect(dbname="postgres")
-    admin.autocommit = True
-    with admin.cursor() as cur:
-        cur.execute(f"create database {name}")
-    os.environ["PGDATABASE"] = name
-    try:
-        yield resolve_target("postgres")
-    finally:
-        with admin.cursor() as cur:
-            cur.execute(f"drop database if exists {name} with (force)")
-        admin.close()
+FIRST_DAY = date(2026, 1, 1)
+WINDOW_DAYS = 4
+MAX_SALE_AMOUNT = 100000
+DUCKDB_LINES = (
+    "columns = {'line': 'VARCHAR'}, header = false, delim = e'\\x01', quote = '', escape = '', "
+    "auto_detect = false, new_line = '\\n', max_line_size = 20000000"
+)
+POSTGRES_COPY = "copy bulk (line) from stdin with (format csv, delimiter e'\\x01', quote e'\\x02')"
 
 
-def nightly(target: Target, landing: Path, as_of: datetime) -> float:
-    started = time.perf_counter()
-    summary = run_nightly("sales", target, landing, as_of, quiet=True)
-    seconds = time.perf_counter() - started
+def nightly(target, landing: Path, as_of: datetime, what: str) -> dict:
+    """One nightly run of sales as of `as_of`, timed, with its steps and dbt nodes."""
+    from dayclose.jobs import run_nightly
+
+    clock = Timer()
+    with ticking(what, every=15, status=dbt_log_status(target.state_dir)):
+        summary = run_nightly("sales", target, landing, as_of, quiet=True)
+    seconds = clock.seconds
     if not summary.ok:
         raise SystemExit("\n".join(summary.lines()))
-    return seconds
+    return {
+        "as_of": as_of,
+        "seconds": seconds,
+        "load": round(load_average(), 2),
+        "lines_loaded": summary.load.rows_loaded,
+        "batches_loaded": len(summary.load.loaded),
+        "steps": {k: round(v, 3) for k, v in summary.step_seconds.items()},
+        "nodes": node_seconds(summary.build),
+    }
 
 
-def hand_written(target: Target, as_of: datetime, window_days: int = 4) -> float:
-    """The same window rebuild as one hand-written statement pair (delete, insert)."""
+def hand_written(target, as_of: datetime) -> dict:
+    """The window of the run as of `as_of` as one hand-written statement from the raw lines."""
+    from dayclose.warehouse import Warehouse
+
     end = as_of.date()
-    start = end - timedelta(days=window_days)
-    s, lnd = target.schema, target.landing_schema
+    start = end - timedelta(days=WINDOW_DAYS)
+    s = target.schema
     with Warehouse(target) as wh:
-        wh.execute(
-            f"create table if not exists {s}.bench_daily_sales_hand "
-            "(sale_date date, shop_id varchar, sales_amount decimal(18, 2), sales_count bigint)"
+        sql = sales_sql(wh.kind, s, "bench_daily_sales_hand", start, end, as_of, MAX_SALE_AMOUNT)
+        seconds = run_statement(wh, "bench_daily_sales_hand", sql)
+        diff = differences(
+            wh,
+            f"{s}.bench_daily_sales_hand",
+            f"{s}.daily_sales",
+            ["sale_date", "shop_id", "sales_amount", "sales_count"],
+            "sale_date",
+            start,
+            end,
         )
-        started = time.perf_counter()
-        with wh.transaction():
-            wh.execute(
-                f"delete from {s}.bench_daily_sales_hand where sale_date >= %s and sale_date < %s",
-                (start, end),
-            )
-            wh.execute(
-                f"""
-                insert into {s}.bench_daily_sales_hand
-                select cast(sold_at as date), shop_id, sum(amount), count(*)
-                from (
-                    select l.*, row_number() over (
-                        partition by event_id order by received_at, batch_id, file_name, line_number
-                    ) as copy_number
-                    from {lnd}.sale_lines as l
-                    where sold_at >= %s and sold_at < %s and batch_completed_at <= %s
-                      and decode_error is null and amount >= 0 and amount <= 100000
-                      and sold_at <= received_at
-                      and shop_id in (select shop_id from {s}_reference.shops)
-                ) as x
-                where copy_number = 1
-                group by 1, 2
-                """,
-                (
-                    datetime.combine(start, datetime.min.time()),
-                    datetime.combine(end, datetime.min.time()),
-                    as_of,
-                ),
-            )
-        seconds = time.perf_counter() - started
-        check = wh.query(
-            f"select count(*), sum(sales_amount) from {s}.bench_daily_sales_hand "
-            "where sale_date >= %s and sale_date < %s",
-            (start, end),
-        )
-        ours = wh.query(
-            f"select count(*), sum(sales_amount) from {s}.daily_sales "
-            "where sale_date >= %s and sale_date < %s",
-            (start, end),
-        )
-    if check != ours:
-        raise SystemExit(f"hand-written SQL and daily_sales disagree: {check} vs {ours}")
-    return seconds
+        rows = wh.scalar(f"select count(*) from {s}.bench_daily_sales_hand")
+    if diff:
+        raise SystemExit(f"hand-written statement and daily_sales differ in {diff} rows ({start} .. {end})")
+    return {"seconds": seconds, "rows": rows, "equal_to_daily_sales": True, "load": round(load_average(), 2)}
 
 
-def case_history(engine: str, landing: Path, days: int, workdir: Path) -> dict:
-    """History of `days` days built (untimed), then the next night's run, timed."""
-    first = date(2026, 1, 1)
-    last_night = datetime.combine(first + timedelta(days=days), datetime.min.time()) + timedelta(minutes=30)
+def case_history(engine: str, landing: Path, days: int, nights: int, workdir: Path) -> dict:
+    """History of `days` days built (untimed), then `nights` nights timed, a rerun and the hand SQL."""
+    last_night = datetime.combine(FIRST_DAY + timedelta(days=days), datetime.min.time()) + timedelta(minutes=30)
+    first_timed = last_night - timedelta(days=nights - 1)
     with fresh_target(engine, workdir) as target:
-        started = time.perf_counter()
-        nightly(target, landing, last_night - timedelta(days=1))  # the history, built once
-        setup = time.perf_counter() - started
-        run_seconds = nightly(target, landing, last_night)
-        rerun = nightly(target, landing, last_night)  # nothing new to load: build + gates only
+        log(f"{engine}: building {days - nights} days of history (untimed)")
+        setup = nightly(target, landing, first_timed - timedelta(days=1), f"{engine} history build")
+        log(f"  history built in {setup['seconds']:.1f} s ({setup['lines_loaded']:,} lines)")
+        runs = []
+        for n in range(nights):
+            as_of = first_timed + timedelta(days=n)
+            runs.append(nightly(target, landing, as_of, f"{engine} nightly {as_of:%Y-%m-%d}"))
+            r = runs[-1]
+            log(
+                f"  nightly as of {as_of:%Y-%m-%d %H:%M} with {days} days of history: {r['seconds']:.2f} s "
+                f"(load {r['steps'].get('load', 0):.2f}, build {r['steps'].get('build', 0):.2f}, "
+                f"publish {r['steps'].get('publish', 0):.2f}; {r['lines_loaded']:,} lines)"
+            )
+        rerun = nightly(target, landing, last_night, f"{engine} rerun")
+        log(f"  rerun, nothing to load: {rerun['seconds']:.2f} s; top nodes: {top_nodes(rerun['nodes'], 5)}")
         hand = hand_written(target, last_night)
-    return {"setup_s": setup, "nightly_s": run_seconds, "rerun_s": rerun, "hand_sql_s": hand}
+        log(f"  hand-written statement from the raw lines: {hand['seconds']:.2f} s (equal to daily_sales)")
+    mean = sum(r["seconds"] for r in runs) / len(runs)
+    return {
+        "days": days,
+        "history_build": setup,
+        "nights": runs,
+        "nightly_s": mean,
+        "rerun": rerun,
+        "rerun_s": rerun["seconds"],
+        "hand": hand,
+        "hand_sql_s": hand["seconds"],
+    }
 
 
-def bulk_load(engine: str, landing: Path, workdir: Path) -> tuple[int, float]:
-    """The engine's own bulk load of the same files, no checks: rows and seconds."""
-    files = sorted(str(p) for p in landing.glob("sales/*/part-*.jsonl"))
+def bulk_load(engine: str, landing: Path, workdir: Path) -> dict:
+    """The engine's bare bulk load of the same files, no checks: lines and seconds."""
+    from dayclose.warehouse import Warehouse
+
+    files = landing_files(landing, "sales")
+    out: dict = {"files": len(files)}
     with fresh_target(engine, workdir) as target, Warehouse(target) as wh:
-        started = time.perf_counter()
         if engine == "duckdb":
+            clock = Timer()
+            wh.execute(f"create table bulk as select line from read_csv(?, {DUCKDB_LINES})", (files,))
+            out["read_csv_s"] = clock.seconds
+            out["lines"] = int(wh.scalar("select count(*) from bulk"))
+            clock = Timer()
             wh.execute(
-                "create table bulk as select * from read_json(%s, format = 'newline_delimited', "
+                "create table bulk_json as select * from read_json(?, format = 'newline_delimited', "
                 "columns = {event_id: 'varchar', shop_id: 'varchar', sold_at: 'varchar', "
                 "received_at: 'varchar', amount: 'varchar'}, ignore_errors = true)",
                 (files,),
             )
+            out["read_json_s"] = clock.seconds
+            out["read_json_rows"] = int(wh.scalar("select count(*) from bulk_json"))
+            out["seconds"] = out["read_csv_s"]
         else:
             wh.execute("create table bulk (line text)")
-            with wh._conn.cursor() as cur:
+            clock = Timer()
+            with wh.transaction():
                 for f in files:
-                    with open(f, encoding="utf-8") as fh:
-                        cur.copy_expert("copy bulk (line) from stdin with (format text)", fh)
-        seconds = time.perf_counter() - started
-        rows = int(wh.scalar("select count(*) from bulk"))
-    return rows, seconds
+                    with open(f, "rb") as fh:
+                        wh.copy_from(POSTGRES_COPY, fh)
+            out["seconds"] = clock.seconds
+            out["lines"] = int(wh.scalar("select count(*) from bulk"))
+    out["lines_per_s"] = out["lines"] / out["seconds"]
+    if "read_json_s" in out:
+        out["read_json_rows_per_s"] = out["read_json_rows"] / out["read_json_s"]
+    out["load"] = round(load_average(), 2)
+    return out
 
 
-def loader_throughput(engine: str, landing: Path, workdir: Path) -> tuple[int, float]:
+def loader_throughput(engine: str, landing: Path, workdir: Path) -> dict:
+    from dayclose.loader import load_source
+    from dayclose.sources import SALES
+    from dayclose.warehouse import Warehouse
+
     with fresh_target(engine, workdir) as target, Warehouse(target) as wh:
-        started = time.perf_counter()
-        report = load_source(wh, SALES, landing, datetime(2100, 1, 1))
-        return report.rows_loaded, time.perf_counter() - started
+        clock = Timer()
+        report = load_source(wh, SALES, landing, datetime(2100, 1, 1), progress=lambda m: log("  " + m))
+        seconds = clock.seconds
+    return {
+        "seconds": seconds,
+        "lines": report.rows_loaded,
+        "batches": len(report.loaded),
+        "lines_per_s": report.rows_loaded / seconds,
+        "load": round(load_average(), 2),
+    }
 
 
-def peak_memory_child(engine: str, landing: Path, workdir: Path) -> tuple[float, float]:
-    """Peak RSS (MiB) of a fresh process that loads `landing` through the loader, and of
-    its largest decoding worker (the loader decodes in `load_workers()` child processes;
-    ru_maxrss of the children, an upper bound: it includes the loader's size at spawn)."""
-    code = (
-        "import sys, resource; from pathlib import Path; from datetime import datetime;"
-        "from bench.run import fresh_target; from dayclose.loader import load_source;"
-        "from dayclose.sources import SALES;"
-        "from dayclose.warehouse import Warehouse; from bench.memory import own_peak_mib\n"
-        "if __name__ == '__main__':\n"
-        f"    with fresh_target({engine!r}, Path({str(workdir)!r})) as t, Warehouse(t) as wh:\n"
-        f"        r = load_source(wh, SALES, Path({str(landing)!r}), datetime(2100, 1, 1))\n"
-        "    print(r.rows_loaded, own_peak_mib(),"
-        " resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        check=True,
-        capture_output=True,
+MEMORY_CHILD = """
+import json, sys, time
+from datetime import datetime
+from pathlib import Path
+from bench.common import fresh_target
+from bench.memory import own_peak_mib
+from dayclose.loader import load_source
+from dayclose.sources import SALES
+from dayclose.warehouse import Warehouse
+
+if __name__ == '__main__':
+    engine, landing, workdir = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+    with fresh_target(engine, workdir) as t:
+        with Warehouse(t) as wh:
+            started = time.perf_counter()
+            r = load_source(wh, SALES, landing, datetime(2100, 1, 1),
+                            progress=lambda m: print('progress', m, flush=True))
+            seconds = time.perf_counter() - started
+        size = t.duckdb_path.stat().st_size if t.duckdb_path else None
+    print(json.dumps({"lines": r.rows_loaded, "seconds": seconds, "peak_mib": own_peak_mib(),
+                      "duckdb_file_bytes": size}))
+"""
+
+
+def peak_memory_child(engine: str, landing: Path, workdir: Path) -> dict:
+    """Peak resident memory (VmHWM, MiB) of a fresh process loading `landing` through the loader."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", MEMORY_CHILD, engine, str(landing), str(workdir)],
+        stdout=subprocess.PIPE,
         text=True,
         cwd=Path(__file__).resolve().parent.parent,
     )
-    _rows, own_mib, child_mib = out.stdout.split()[-3:]
-    return float(own_mib), float(child_mib)
+    last = ""
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith("progress "):
+            log("  " + line[len("progress ") :].strip())
+        elif line.strip():
+            last = line.strip()
+    if proc.wait() != 0:
+        raise SystemExit(f"peak-memory child failed ({engine}, {landing})")
+    out = json.loads(last)
+    out["lines_per_s"] = out["lines"] / out["seconds"]
+    out["load"] = round(load_average(), 2)
+    return out
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events-per-day", type=int, default=100_000)
     parser.add_argument("--short-days", type=int, default=30)
     parser.add_argument("--long-days", type=int, default=360)
-    parser.add_argument("--big-day", type=int, default=5_000_000, help="events of the peak-memory day")
+    parser.add_argument("--nights", type=int, default=2, help="consecutive nights timed per history")
+    parser.add_argument("--big-days", default="5000000,50000000", help="events of the peak-memory days")
     parser.add_argument("--engines", default=",".join(ENGINES))
-    parser.add_argument("--workdir", default=None)
+    parser.add_argument("--cases", default="history,loader,memory", help="history (a, b), loader (c), memory (d)")
+    parser.add_argument("--workdir", default=str(DATA / "work"))
     args = parser.parse_args()
     engines = args.engines.split(",")
-    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="dayclose-bench-"))
+    cases = set(args.cases.split(","))
+    big_days = [int(x) for x in args.big_days.split(",") if x]
+    workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    log = lambda m: print(f"[{datetime.now():%H:%M:%S}] {m}", flush=True)  # noqa: E731
-    results: dict = {
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-        },
-        "events_per_day": args.events_per_day,
-        "engines": {},
-    }
+    results: dict = {"machine": machine(), "args": vars(args), "engines": {e: {} for e in engines}}
+    log(f"bench.run: {json.dumps(vars(args))}")
     landings = {}
-    for days in (args.short_days, args.long_days):
-        landings[days] = workdir / f"landing-{days}d"
-        if not (landings[days] / "truth").exists():
-            log(f"generating {days} days x {args.events_per_day:,} events")
-            generate_sales(
-                landings[days],
-                date(2026, 1, 1),
-                days + 1,
-                shops=140,
-                events_per_day=args.events_per_day,
-                seed=42,
-            )
-    big = workdir / "landing-big-day"
-    if not (big / "truth").exists():
-        log(f"generating one day of {args.big_day:,} events")
-        generate_sales(big, date(2026, 1, 1), 1, shops=500, events_per_day=args.big_day, seed=7)
-    for engine in engines:
-        r: dict = {}
+    if cases & {"history", "loader"}:
         for days in (args.short_days, args.long_days):
-            log(f"{engine}: nightly run with {days} days of history")
-            r[f"history_{days}d"] = case_history(engine, landings[days], days, workdir)
-            log(f"  {r[f'history_{days}d']}")
-        r["history_ratio"] = (
-            r[f"history_{args.long_days}d"]["nightly_s"] / r[f"history_{args.short_days}d"]["nightly_s"]
-        )
-        r["nightly_vs_hand_sql"] = (
-            r[f"history_{args.long_days}d"]["nightly_s"] / r[f"history_{args.long_days}d"]["hand_sql_s"]
-        )
-        log(f"{engine}: loader vs bulk load on the {args.short_days}-day landing")
-        rows, secs = loader_throughput(engine, landings[args.short_days], workdir)
-        brows, bsecs = bulk_load(engine, landings[args.short_days], workdir)
-        r["loader_rows_per_s"] = rows / secs
-        r["bulk_rows_per_s"] = brows / bsecs
-        log(f"{engine}: loader peak memory on a {args.big_day:,}-event day")
-        r["loader_peak_mib_big_day"], r["decoder_peak_mib_big_day"] = peak_memory_child(engine, big, workdir)
-        r["load_workers"] = load_workers()
-        results["engines"][engine] = r
-        log(f"  {json.dumps(r, default=str)}")
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"bench-{datetime.now():%Y%m%d-%H%M%S}.json"
-    out.write_text(json.dumps(results, indent=2, default=str))
-    print(render(results, args))
+            landings[days] = sales_landing(days + 1, args.events_per_day)
+    big = {n: sales_landing(1, n, seed=7, shops=500) for n in big_days} if "memory" in cases else {}
+    for engine in engines:
+        r = results["engines"][engine]
+        if "history" in cases:
+            for days in (args.short_days, args.long_days):
+                log(f"{engine}: (a, b) nightly with {days} days of history")
+                r[f"history_{days}d"] = case_history(engine, landings[days], days, args.nights, workdir)
+            short, long = r[f"history_{args.short_days}d"], r[f"history_{args.long_days}d"]
+            r["history_ratio"] = long["nightly_s"] / short["nightly_s"]
+            r["nightly_vs_hand_sql"] = long["nightly_s"] / long["hand_sql_s"]
+            r["rerun_vs_hand_sql"] = long["rerun_s"] / long["hand_sql_s"]
+            log(f"{engine}: history ratio {r['history_ratio']:.2f}, nightly / hand SQL {r['nightly_vs_hand_sql']:.1f}x")
+        if "loader" in cases:
+            landing = landings[args.short_days]
+            log(f"{engine}: (c) loader on the {args.short_days + 1}-day landing")
+            r["loader"] = loader_throughput(engine, landing, workdir)
+            log(f"  loader: {r['loader']['lines']:,} lines in {r['loader']['seconds']:.1f} s, "
+                f"{r['loader']['lines_per_s']:,.0f} lines/s")
+            log(f"{engine}: (c) bare bulk load of the same files")
+            r["bulk"] = bulk_load(engine, landing, workdir)
+            log(f"  bare bulk load: {r['bulk']['lines']:,} lines in {r['bulk']['seconds']:.1f} s, "
+                f"{r['bulk']['lines_per_s']:,.0f} lines/s")
+            r["loader_vs_bulk"] = r["loader"]["lines_per_s"] / r["bulk"]["lines_per_s"]
+        if "memory" in cases:
+            r["memory"] = {}
+            for n, landing in big.items():
+                log(f"{engine}: (d) peak memory of the loading process, one day of {n:,} events")
+                with ticking(f"{engine} loading {n:,} events", every=30):
+                    m = peak_memory_child(engine, landing, workdir)
+                r["memory"][str(n)] = m
+                log(f"  {m['lines']:,} lines in {m['seconds']:.1f} s: peak {m['peak_mib']:,.0f} MiB")
+        write_results("bench-sales-partial", results)
+    results["machine"]["load_at_end"] = load_average()
+    out = write_results("bench-sales", results)
+    print(render(results, args, big_days))
     print(f"\nraw results: {out}")
 
 
-def render(results: dict, args: argparse.Namespace) -> str:
+def render(results: dict, args: argparse.Namespace, big_days: list[int]) -> str:
     e = results["engines"]
     cols = list(e)
+
+    def get(c: str, *path):
+        v = e[c]
+        for p in path:
+            if not isinstance(v, dict) or p not in v:
+                return None
+            v = v[p]
+        return v
+
     s, lg = f"history_{args.short_days}d", f"history_{args.long_days}d"
     rows = [
-        (
-            f"(a) nightly run, {args.short_days} days of history (s)",
-            [e[c][s]["nightly_s"] for c in cols],
-            "{:.1f}",
-        ),
-        (
-            f"(a) nightly run, {args.long_days} days of history (s)",
-            [e[c][lg]["nightly_s"] for c in cols],
-            "{:.1f}",
-        ),
-        ("(a) ratio long / short (goal <= 1.2)", [e[c]["history_ratio"] for c in cols], "{:.2f}"),
-        ("(b) same window, hand-written SQL (s)", [e[c][lg]["hand_sql_s"] for c in cols], "{:.2f}"),
-        (
-            "(b) rerun with nothing to load: dbt build + gates (s)",
-            [e[c][lg]["rerun_s"] for c in cols],
-            "{:.1f}",
-        ),
-        ("(b) nightly run / hand-written SQL", [e[c]["nightly_vs_hand_sql"] for c in cols], "{:.1f}x"),
-        ("(c) loader rows/s", [e[c]["loader_rows_per_s"] for c in cols], "{:,.0f}"),
-        ("(c) engine bulk load rows/s", [e[c]["bulk_rows_per_s"] for c in cols], "{:,.0f}"),
-        (
-            f"(c) loader peak memory, {args.big_day:,}-event day (MiB)",
-            [e[c]["loader_peak_mib_big_day"] for c in cols],
-            "{:.0f}",
-        ),
-        (
-            "(c) peak memory of each decoding worker (MiB)",
-            [e[c]["decoder_peak_mib_big_day"] for c in cols],
-            "{:.0f}",
-        ),
-        ("(c) decoding workers", [e[c]["load_workers"] for c in cols], "{}"),
+        (f"(a) nightly run, {args.short_days} days of history (s)", [get(c, s, "nightly_s") for c in cols], "{:.2f}"),
+        (f"(a) nightly run, {args.long_days} days of history (s)", [get(c, lg, "nightly_s") for c in cols], "{:.2f}"),
+        ("(a) ratio (goal <= 1.2)", [get(c, "history_ratio") for c in cols], "{:.2f}"),
+        ("(b) rerun, nothing to load: build + gates + publish (s)", [get(c, lg, "rerun_s") for c in cols], "{:.2f}"),
+        ("(b) hand-written statement from the raw lines (s)", [get(c, lg, "hand_sql_s") for c in cols], "{:.2f}"),
+        ("(b) nightly run / hand-written", [get(c, "nightly_vs_hand_sql") for c in cols], "{:.1f}x"),
+        ("(c) loader, lines/s", [get(c, "loader", "lines_per_s") for c in cols], "{:,.0f}"),
+        ("(c) bare bulk load, lines/s", [get(c, "bulk", "lines_per_s") for c in cols], "{:,.0f}"),
+        ("(c) DuckDB read_json, rows/s (reference)", [get(c, "bulk", "read_json_rows_per_s") for c in cols], "{:,.0f}"),
+        ("(c) loader / bare bulk load (goal >= 0.5)", [get(c, "loader_vs_bulk") for c in cols], "{:.2f}"),
     ]
-    lines = [
-        f"| {args.events_per_day:,} events/day | " + " | ".join(cols) + " |",
-        "|---|" + "---:|" * len(cols),
-    ]
-    for label, values, fmt in rows:
-        lines.append(f"| {label} | " + " | ".join(fmt.format(v) for v in values) + " |")
-    return "\n".join(lines)
+    for n in big_days:
+        rows.append(
+            (f"(d) peak memory of the loading process, {n:,} events/day (MiB)",
+             [get(c, "memory", str(n), "peak_mib") for c in cols], "{:,.0f}")
+        )
+    return table([f"sales, {args.events_per_day:,} events/day"] + cols, rows)
 
 
 if __name__ == "__main__":

@@ -1,184 +1,168 @@
-"""Benchmark of the units reconciliation, DuckDB and Postgres side by side (not a test).
+"""Benchmark of the units reconciliation at firehose scale, DuckDB and Postgres (not a test).
 
-    .venv/bin/python -m bench.units                          # 10 M units a day, the README figures
-    .venv/bin/python -m bench.units --units-per-day 200000   # a smoke run
+    .venv/bin/python -m bench.units                              # 10 M units a day (the full run)
+    .venv/bin/python -m bench.units --units-per-day 200000       # smoke: under 2 minutes
+    .venv/bin/python -m bench.units --engines duckdb             # one engine
 
-Two days of production are landed and loaded (the nightly window of units is two
-days); then, on each engine:
-- the dbt reconciliation alone (`dbt run` of daily_good_units: validate, dedup,
-  aggregate the window), in a child process, with its peak memory;
-- the same work as one hand-written SQL statement pair on the same engine;
-- the whole nightly build (models and gates) for context.
+Two days of production (the units window) with the generator's replays, retries, duplicates
+and garbage are landed once; then, on each engine, in a fresh warehouse:
+1. load: the loader puts every complete batch of the 2 days into the raw table (sha256 and
+   cleanliness pre-pass, then the engine reads the lines);
+2. the nightly run right after (lock, nothing left to load, dbt build of every units and shared
+   model and gate from those raw lines, publish), node by node;
+3. the same reconciliation as one hand-written statement from the same raw lines
+   (bench/handwritten.py: decode by the contract, validate, each unit once at its first
+   arrival, good units per SKU and day), checked equal to daily_good_units row for row;
+4. the nightly run again with nothing new to load (the build of the window from what was
+   already decoded), node by node, for reference.
+Goals: the load at least 4x faster than before (259 s DuckDB, 401 s Postgres), the whole
+nightly build within 3x (DuckDB) / 2x (Postgres) of the hand-written statement.
+
+Data under /work/bench-data (DAYCLOSE_BENCH_DATA); raw results in bench/results/.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
-import tempfile
-import time
 from datetime import date, datetime
 from pathlib import Path
 
-from bench.run import RESULTS, fresh_target
-from dayclose import dbt_runner as dbt
-from dayclose.generate import generate_units
-from dayclose.jobs import run_nightly
-from dayclose.settings import PROJECT_DIR, Target
-from dayclose.warehouse import Warehouse
+from bench.common import (
+    DATA,
+    ENGINES,
+    Timer,
+    dbt_log_status,
+    fresh_target,
+    load_average,
+    log,
+    machine,
+    node_seconds,
+    table,
+    ticking,
+    top_nodes,
+    units_landing,
+    write_results,
+)
+from bench.handwritten import differences, run_statement, units_sql
 
 FIRST_DAY = date(2026, 11, 1)
 AS_OF = datetime(2026, 11, 3, 0, 30)
 WINDOW = (date(2026, 11, 1), date(2026, 11, 3))
-
-HAND_SQL = """
-insert into {s}.bench_daily_good_units_hand
-select production_date, sku, sum(case when verdict = 'good' then 1 else 0 end)
-from (
-    select cast(u.event_at as date) as production_date, u.sku, u.verdict,
-           row_number() over (
-               partition by u.line_id, u.plc_seq
-               order by u.received_at, u.batch_id, u.file_name, u.line_number
-           ) as copy_number
-    from {lnd}.unit_lines as u
-    inner join {s}_reference.lines as l on u.line_id = l.line_id
-    inner join {s}_reference.skus as k on u.sku = k.sku
-    where u.event_at >= '{start}' and u.event_at < '{end}'
-      and u.batch_completed_at <= '{as_of}'
-      and u.decode_error is null
-      and u.verdict in ('good', 'reject')
-      and u.event_at >= l.commissioned_at
-      and u.event_at <= u.received_at
-) as x
-where copy_number = 1
-group by production_date, sku
-"""
+BEFORE = {"duckdb": {"load_s": 259.0, "build_s": 125.3, "hand_s": 10.6},
+          "postgres": {"load_s": 401.0, "build_s": 309.5, "hand_s": 92.6}}
 
 
-def reconciliation_child(target: Target) -> tuple[float, float, float]:
-    """`dbt run` of daily_good_units for the window, in a fresh process.
+def nightly(target, landing: Path, what: str) -> dict:
+    from dayclose.jobs import run_nightly
 
-    Returns the invocation's wall time (dbt start-up and parse included), its peak RSS (MiB),
-    and the time dbt reports for the model itself (its batches' SQL).
-    """
-    args = dbt.dbt_args(target, ["run", "--select", "daily_good_units"], window=WINDOW, quiet=True)
-    run_vars = {"as_of": str(AS_OF), "rebuilt_from": str(WINDOW[0]), "rebuilt_to": str(WINDOW[1])}
-    code = (
-        "import json, sys, time; from dayclose import dbt_runner as dbt\n"
-        "from bench.memory import own_peak_mib\n"
-        "from dayclose.settings import resolve_target\n"
-        f"t = resolve_target({target.name!r}); started = time.perf_counter()\n"
-        f"out = dbt.invoke(t, {args!r}, run_vars={run_vars!r})\n"
-        "assert out.success, out.error or [n.message for n in out.failed()]\n"
-        "print(json.dumps([time.perf_counter() - started, "
-        "own_peak_mib(), "
-        "sum(n.seconds for n in out.nodes if n.name == 'daily_good_units')]))"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        cwd=PROJECT_DIR,
-        env=os.environ,
-    )
-    if done.returncode != 0:
-        raise SystemExit(f"dbt reconciliation failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-    seconds, mib, node_seconds = json.loads(done.stdout.strip().splitlines()[-1])
-    return seconds, mib, node_seconds
+    clock = Timer()
+    with ticking(what, every=15, status=dbt_log_status(target.state_dir)):
+        summary = run_nightly("units", target, landing, AS_OF, quiet=True)
+    seconds = clock.seconds
+    if not summary.ok:
+        raise SystemExit("\n".join(summary.lines()))
+    return {
+        "seconds": seconds,
+        "load": round(load_average(), 2),
+        "lines_loaded": summary.load.rows_loaded,
+        "window": [str(d) for d in summary.window],
+        "steps": {k: round(v, 3) for k, v in summary.step_seconds.items()},
+        "nodes": node_seconds(summary.build),
+    }
 
 
-def hand_written(target: Target) -> float:
-    s, lnd = target.schema, target.landing_schema
-    with Warehouse(target) as wh:
-        wh.execute(
-            f"create table if not exists {s}.bench_daily_good_units_hand "
-            "(production_date date, sku varchar, good_units bigint)"
-        )
-        started = time.perf_counter()
-        with wh.transaction():
-            wh.execute(
-                f"delete from {s}.bench_daily_good_units_hand "
-                "where production_date >= %s and production_date < %s",
-                WINDOW,
+def case(engine: str, landing: Path, workdir: Path) -> dict:
+    from dayclose.loader import load_source
+    from dayclose.sources import UNITS
+    from dayclose.warehouse import Warehouse
+
+    r: dict = {}
+    with fresh_target(engine, workdir) as target:
+        log(f"{engine}: 1. load of the 2-day window")
+        with Warehouse(target) as wh:
+            clock = Timer()
+            with ticking(f"{engine} load", every=30):
+                report = load_source(wh, UNITS, landing, AS_OF, progress=lambda m: log("  " + m))
+            r["load"] = {
+                "seconds": clock.seconds,
+                "lines": report.rows_loaded,
+                "batches": len(report.loaded),
+                "load": round(load_average(), 2),
+            }
+        r["load"]["lines_per_s"] = r["load"]["lines"] / r["load"]["seconds"]
+        log(f"  {r['load']['lines']:,} lines in {r['load']['seconds']:.1f} s ({r['load']['lines_per_s']:,.0f} lines/s)")
+
+        log(f"{engine}: 2. nightly run from those raw lines (every model and gate)")
+        r["nightly"] = nightly(target, landing, f"{engine} nightly build")
+        steps = r["nightly"]["steps"]
+        log(f"  {r['nightly']['seconds']:.1f} s: build {steps.get('build', 0):.1f}, publish {steps.get('publish', 0):.1f}")
+        log(f"  top nodes: {top_nodes(r['nightly']['nodes'])}")
+
+        log(f"{engine}: 3. hand-written statement from the raw lines")
+        with Warehouse(target) as wh:
+            sql = units_sql(wh.kind, target.schema, "bench_daily_good_units_hand", WINDOW[0], WINDOW[1], AS_OF)
+            with ticking(f"{engine} hand-written statement", every=15):
+                seconds = run_statement(wh, "bench_daily_good_units_hand", sql)
+            diff = differences(
+                wh,
+                f"{target.schema}.bench_daily_good_units_hand",
+                f"{target.schema}.daily_good_units",
+                ["production_date", "sku", "good_units", "rejected_units"],
+                "production_date",
+                *WINDOW,
             )
-            wh.execute(HAND_SQL.format(s=s, lnd=lnd, start=WINDOW[0], end=WINDOW[1], as_of=AS_OF))
-        seconds = time.perf_counter() - started
-        hand = wh.query(f"select sum(good_units) from {s}.bench_daily_good_units_hand")
-        ours = wh.query(
-            f"select sum(good_units) from {s}.daily_good_units "
-            "where production_date >= %s and production_date < %s",
-            WINDOW,
-        )
-    if hand != ours:
-        raise SystemExit(f"hand-written SQL and daily_good_units disagree: {hand} vs {ours}")
-    return seconds
+            good = wh.scalar(f"select sum(good_units) from {target.schema}.bench_daily_good_units_hand")
+        if diff:
+            raise SystemExit(f"hand-written statement and daily_good_units differ in {diff} rows")
+        r["hand"] = {"seconds": seconds, "good_units": good, "equal_to_daily_good_units": True,
+                     "load": round(load_average(), 2)}
+        log(f"  {seconds:.1f} s, {good:,} good units, equal to daily_good_units")
+
+        log(f"{engine}: 4. nightly run again, nothing new to load")
+        r["rerun"] = nightly(target, landing, f"{engine} rerun")
+        log(f"  {r['rerun']['seconds']:.1f} s; top nodes: {top_nodes(r['rerun']['nodes'], 5)}")
+    build = r["nightly"]["steps"].get("build", 0.0)
+    r["build_s"] = build
+    r["build_vs_hand"] = build / r["hand"]["seconds"]
+    r["nightly_vs_hand"] = r["nightly"]["seconds"] / r["hand"]["seconds"]
+    r["load_speedup_vs_before"] = BEFORE[engine]["load_s"] / r["load"]["seconds"]
+    return r
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--units-per-day", type=int, default=10_000_000)
-    parser.add_argument("--engines", default="duckdb,postgres")
-    parser.add_argument("--workdir", default=None)
+    parser.add_argument("--engines", default=",".join(ENGINES))
+    parser.add_argument("--workdir", default=str(DATA / "work"))
     args = parser.parse_args()
-    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="dayclose-bench-units-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    landing = workdir / f"landing-units-{args.units_per_day}"
-
-    def log(message: str) -> None:
-        print(f"[{datetime.now():%H:%M:%S}] {message}", flush=True)
-
-    if not (landing / "truth").exists():
-        log(f"generating 2 days x {args.units_per_day:,} units")
-        generate_units(landing, FIRST_DAY, 2, plants=300, units_per_day=args.units_per_day, seed=3)
-    results: dict = {"units_per_day": args.units_per_day, "engines": {}}
+    workdir = Path(args.workdir)
+    log(f"bench.units: {json.dumps(vars(args))}")
+    landing = units_landing(2, args.units_per_day)
+    results: dict = {"machine": machine(), "args": vars(args), "landing": str(landing), "engines": {}}
     for engine in args.engines.split(","):
-        with fresh_target(engine, workdir) as target:
-            log(f"{engine}: load and first build")
-            started = time.perf_counter()
-            first = run_nightly("units", target, landing, AS_OF, quiet=True)
-            if not first.ok:
-                raise SystemExit("\n".join(first.lines()))
-            r = {
-                "load_and_first_build_s": time.perf_counter() - started,
-                "rows_loaded": first.load.rows_loaded,
-                "load_s": first.load.seconds,
-            }
-            log(f"{engine}: reconciliation (dbt run of daily_good_units)")
-            r["dbt_invocation_s"], r["dbt_peak_mib"], r["dbt_model_s"] = reconciliation_child(target)
-            r["hand_sql_s"] = hand_written(target)
-            r["ratio_model"] = r["dbt_model_s"] / r["hand_sql_s"]
-            r["ratio_invocation"] = r["dbt_invocation_s"] / r["hand_sql_s"]
-            started = time.perf_counter()
-            again = run_nightly("units", target, landing, AS_OF, quiet=True)
-            r["nightly_build_with_gates_s"] = time.perf_counter() - started
-            assert again.ok, again.lines()
-            results["engines"][engine] = r
-            log(f"  {r}")
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"bench-units-{datetime.now():%Y%m%d-%H%M%S}.json"
-    out.write_text(json.dumps(results, indent=2))
+        results["engines"][engine] = case(engine, landing, workdir)
+        write_results("bench-units-partial", results)
+    results["machine"]["load_at_end"] = load_average()
+    out = write_results("bench-units", results)
+    print(render(results, args))
+    print(f"\nraw results: {out}")
+
+
+def render(results: dict, args: argparse.Namespace) -> str:
     e = results["engines"]
     cols = list(e)
     rows = [
-        ("units in the 2-day window (lines loaded)", "rows_loaded", "{:,.0f}"),
-        ("dbt model daily_good_units: validate, dedup, aggregate (s)", "dbt_model_s", "{:.1f}"),
-        ("whole `dbt run` of it, start-up and parse included (s)", "dbt_invocation_s", "{:.1f}"),
-        ("same work, hand-written SQL (s)", "hand_sql_s", "{:.1f}"),
-        ("ratio dbt model / hand-written (goal on DuckDB <= 1.5)", "ratio_model", "{:.2f}"),
-        ("ratio whole dbt run / hand-written", "ratio_invocation", "{:.2f}"),
-        ("peak memory of the dbt process (MiB)", "dbt_peak_mib", "{:.0f}"),
-        ("whole nightly build with gates, nothing to load (s)", "nightly_build_with_gates_s", "{:.1f}"),
+        ("lines loaded (2 days with replays, duplicates, garbage)", [e[c]["load"]["lines"] for c in cols], "{:,}"),
+        ("load of the 2-day window (s)", [e[c]["load"]["seconds"] for c in cols], "{:.1f}"),
+        ("  speed-up against before (259 / 401 s; goal >= 4x)", [e[c]["load_speedup_vs_before"] for c in cols], "{:.1f}x"),
+        ("whole nightly build, every model and gate, from the raw lines (s)", [e[c]["build_s"] for c in cols], "{:.1f}"),
+        ("nightly run: lock, build, publish, audit (s)", [e[c]["nightly"]["seconds"] for c in cols], "{:.1f}"),
+        ("hand-written statement from the raw lines (s)", [e[c]["hand"]["seconds"] for c in cols], "{:.1f}"),
+        ("build / hand-written (goal <= 3 DuckDB, <= 2 Postgres)", [e[c]["build_vs_hand"] for c in cols], "{:.2f}"),
+        ("rerun, nothing new to load: whole run (s)", [e[c]["rerun"]["seconds"] for c in cols], "{:.1f}"),
     ]
-    print(f"| {args.units_per_day:,} units/day | " + " | ".join(cols) + " |")
-    print("|---|" + "---:|" * len(cols))
-    for label, key, fmt in rows:
-        print(f"| {label} | " + " | ".join(fmt.format(e[c][key]) for c in cols) + " |")
-    print(f"\nraw results: {out}")
+    return table([f"units, {args.units_per_day:,} units/day"] + cols, rows)
 
 
 if __name__ == "__main__":

@@ -42,6 +42,10 @@ class Source:
         return f"{self.name}_dead_letters"
 
     @property
+    def dead_letter_counts(self) -> str:
+        return f"{self.name}_dead_letter_counts"
+
+    @property
     def late_arrivals(self) -> str:
         return f"{self.name}_late_arrivals"
 

@@ -176,10 +176,10 @@ def read_back(wh: Warehouse, summary: RunSummary) -> None:
             DayStatus(r[0], r[1], int(r[2]), bool(r[3]), None if r[4] is None else float(r[4])) for r in rows
         ]
     batch_ids = [r.batch_id for r in summary.load.loaded]
-    if batch_ids and wh.relation_exists(schema, job.dead_letters):
+    if batch_ids and wh.relation_exists(schema, job.dead_letter_counts):
         marks = ", ".join(["%s"] * len(batch_ids))
         for kind, n in wh.query(
-            f"select dead_letter_kind, count(*) from {schema}.{job.dead_letters} "
+            f"select dead_letter_kind, sum(dead_letters) from {schema}.{job.dead_letter_counts} "
             f"where batch_id in ({marks}) group by 1",
             batch_ids,
         ):

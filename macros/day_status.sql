@@ -24,9 +24,9 @@
             case
                 when {{ age }} >= 24 * 14 then 1
                 else lateness_curve.share_arrived
-            end as {{ dbt.type_numeric() }}
+            end as decimal(18, 6)
         ) as expected_share_complete,
-        cast({{ age }} as {{ dbt.type_numeric() }}) as age_hours,
+        cast({{ age }} as decimal(18, 6)) as age_hours,
         {{ dayclose.as_of_at() }} as built_as_of
 
     from {{ cte }}

@@ -452,3 +452,37 @@ final as (
 
 select * from final
 {% endmacro %}
+
+
+{#
+    The body of <source>_dead_letter_counts: dead letters per batch (arrival hour) and kind,
+    for the batches loaded since the last build: small enough to publish whole and chart.
+#}
+{% macro dead_letter_counts(source_name, lines) %}
+{%- set new_batches = dayclose.batches_loaded_since(source_name, this) -%}
+
+with
+
+dead_letters as (
+
+    select * from {{ lines }}
+    where not is_valid and {{ dayclose.batch_in(new_batches) }}
+
+),
+
+final as (
+
+    select
+        batch_id,
+        cast(batch_arrived_at as date) as arrival_date,
+        dead_letter_kind,
+        max(batch_loaded_at) as batch_loaded_at,
+        cast(count(*) as bigint) as dead_letters
+
+    from dead_letters
+    group by batch_id, cast(batch_arrived_at as date), dead_letter_kind
+
+)
+
+select * from final
+{% endmacro %}

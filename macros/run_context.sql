@@ -60,3 +60,24 @@
 {% macro invocation_at() -%}
     {{ dayclose.timestamp_literal(run_started_at.strftime('%Y-%m-%d %H:%M:%S')) }}
 {%- endmacro %}
+
+
+{#
+    on-run-start: plain `dbt build` (or run, test) needs what dayclose loads: with no
+    landing tables yet it stops with one message saying so, instead of an error per model.
+    `dbt compile`, `dbt docs generate` and `dbt seed` work on an empty warehouse.
+#}
+{% macro require_landing() %}
+    {%- if execute and flags.WHICH in ('build', 'run', 'test', 'retry') -%}
+        {%- set ledger = adapter.get_relation(
+            database=target.database, schema=target.schema ~ '_landing', identifier='load_ledger'
+        ) -%}
+        {%- if ledger is none -%}
+            {{ exceptions.raise_compiler_error(
+                "no landing tables in schema " ~ target.schema ~ "_landing: dbt builds on the batches "
+                ~ "dayclose loads. Load them first (dayclose run sales --landing <folder>, and units), "
+                ~ "then plain dbt works on its own; see the README, 'Plain dbt'."
+            ) }}
+        {%- endif -%}
+    {%- endif -%}
+{% endmacro %}

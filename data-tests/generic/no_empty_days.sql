@@ -2,7 +2,8 @@
     Gate no_empty_days, on a daily mart's date column: fails for every day of the run's
     rebuilt range with no rows, unless the business_calendar seed allows the source to
     be empty that day ("success with zero rows" is a failure). Days before the mart's
-    first row are a new deployment, not an outage.
+    first row are a new deployment, not an outage; a source that never loaded a batch
+    has not started.
 
         columns:
           - name: sale_date
@@ -44,10 +45,21 @@ allowed as (
 
 first_published as (
 
-    -- days before the source's first data are a new deployment, not an outage;
-    -- a relation with no rows at all has every day checked
-    select coalesce(min({{ column_name }}), cast('1900-01-01' as date)) as calendar_date
-    from {{ model }}
+    -- days before the source's first data are a new deployment, not an outage, and a
+    -- source that never loaded a batch has not started; once it has, a relation with no
+    -- rows at all has every day checked
+    select
+        coalesce(
+            (select min({{ column_name }}) from {{ model }}),
+            case
+                when (
+                    select count(*) from {{ ref('stg_landing__batch_loads') }}
+                    where source_name = '{{ source_name }}' and is_loaded
+                ) > 0
+                    then cast('1900-01-01' as date)
+                else cast('9999-12-31' as date)
+            end
+        ) as calendar_date
 
 ),
 

@@ -33,14 +33,14 @@ units as (
 sensor_changes as (
 
     select
-        line_id,
-        plc_seq,
         {%- for sensor in sensors %}
-        case
-            when {{ sensor }} = lag({{ sensor }}) over (partition by line_id order by plc_seq) then 0
-            else 1
-        end as {{ sensor }}_changed{{ ',' if not loop.last }}
+            case
+                when {{ sensor }} = lag({{ sensor }}) over (partition by line_id order by plc_seq) then 0
+                else 1
+            end as {{ sensor }}_changed,
         {%- endfor %}
+        line_id,
+        plc_seq
 
     from units
 
@@ -50,31 +50,64 @@ sensor_runs as (
 
     -- consecutive units with the same reading share a run number, per line and sensor
     select
-        line_id,
-        plc_seq,
         {%- for sensor in sensors %}
-        sum({{ sensor }}_changed) over (
-            partition by line_id order by plc_seq rows between unbounded preceding and current row
-        ) as {{ sensor }}_run{{ ',' if not loop.last }}
+            sum({{ sensor }}_changed) over (
+                partition by line_id order by plc_seq rows between unbounded preceding and current row
+            ) as {{ sensor }}_run,
         {%- endfor %}
+        line_id,
+        plc_seq
 
     from sensor_changes
 
 ),
 
-stuck_runs as (
+fill_level_runs as (
 
-    {%- for sensor in sensors %}
-    {{ 'union all' if not loop.first }}
     select
         line_id,
         min(plc_seq) as first_plc_seq,
         max(plc_seq) as last_plc_seq
 
     from sensor_runs
-    group by line_id, {{ sensor }}_run
+    group by line_id, fill_level_ml_run
     having count(*) >= {{ var('stuck_sensor_run_units') }}
-    {%- endfor %}
+
+),
+
+capper_torque_runs as (
+
+    select
+        line_id,
+        min(plc_seq) as first_plc_seq,
+        max(plc_seq) as last_plc_seq
+
+    from sensor_runs
+    group by line_id, capper_torque_nm_run
+    having count(*) >= {{ var('stuck_sensor_run_units') }}
+
+),
+
+temperature_runs as (
+
+    select
+        line_id,
+        min(plc_seq) as first_plc_seq,
+        max(plc_seq) as last_plc_seq
+
+    from sensor_runs
+    group by line_id, temperature_c_run
+    having count(*) >= {{ var('stuck_sensor_run_units') }}
+
+),
+
+stuck_runs as (
+
+    select * from fill_level_runs
+    union all
+    select * from capper_torque_runs
+    union all
+    select * from temperature_runs
 
 ),
 

@@ -5,4 +5,8 @@
 #}
 {{ config(materialized='view', tags=['sales']) }}
 
-{{ dayclose.dead_letters('sales', ref('int_sale_lines_validated'), ['event_id', 'shop_id', 'sale_date', 'received_at']) }}
+{{
+    dayclose.dead_letters('sales', ref('int_sale_lines_validated'), [
+        'event_id', 'shop_id', 'sale_date', 'received_at',
+    ])
+}}

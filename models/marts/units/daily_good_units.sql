@@ -11,6 +11,7 @@
         event_time='production_date',
         batch_size='day',
         begin=dayclose.microbatch_begin(),
+        on_schema_change='fail',
         lookback=dayclose.window_days('units'),
         tags=['units'],
     )
