@@ -97,6 +97,14 @@ def _restate(args: argparse.Namespace) -> int:
     return 0 if summary.ok else EXIT_FAILED
 
 
+def _report(args: argparse.Namespace) -> int:
+    from dayclose.report import write_report
+
+    page = write_report(resolve_target(args.target), Path(args.out))
+    print(f"report written: {page} (open it in a browser)")
+    return 0
+
+
 def _demo(args: argparse.Namespace) -> int:
     from dayclose.demo import run_demo
 
@@ -150,6 +158,11 @@ def build_parser() -> argparse.ArgumentParser:
     rst.add_argument("--as-of", default=None, help="UTC instant (default: now)")
     rst.add_argument("--target", choices=TARGETS, default=None)
     rst.set_defaults(func=_restate)
+
+    rep = sub.add_parser("report", help="charts of the published numbers: one HTML page and its PNGs")
+    rep.add_argument("--target", choices=TARGETS, default=None)
+    rep.add_argument("--out", default="dayclose-report", help="folder to write index.html and the PNGs into")
+    rep.set_defaults(func=_report)
 
     demo = sub.add_parser("demo", help="incidents 000 and 003 replayed: the original job vs dayclose")
     demo.add_argument("--landing", default=None, help="where to write the demo's batches")

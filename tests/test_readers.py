@@ -1,0 +1,122 @@
+"""What analysts see, checked in a real headless browser (Debian's chromium): the dbt docs
+site leads to the published numbers, and `dayclose report` draws them."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import http.server
+import os
+import shutil
+import subprocess
+import threading
+from collections.abc import Iterator
+from datetime import date
+from pathlib import Path
+
+import pytest
+
+from dayclose import dbt_runner as dbt
+from dayclose.cli import main
+from dayclose.generate import generate_sales
+from dayclose.jobs import run_nightly
+from dayclose.settings import Target
+from tests.helpers import ts
+
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def chromium() -> str:
+    found = (
+        os.environ.get("DAYCLOSE_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+    )
+    if not found:
+        pytest.fail("no chromium: install Debian's (apt-get install chromium); scripts/test does when it can")
+    return found
+
+
+def browse(url: str, tmp_path: Path, screenshot: Path | None = None) -> str:
+    """The DOM of `url` after its scripts ran (and a screenshot), from headless chromium."""
+    what = [f"--screenshot={screenshot}", "--window-size=1200,1600"] if screenshot else ["--dump-dom"]
+    done = subprocess.run(
+        [
+            chromium(),
+            *CHROMIUM_FLAGS,
+            f"--user-data-dir={tmp_path / 'chromium'}",
+            "--virtual-time-budget=15000",
+            *what,
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+@contextlib.contextmanager
+def served(folder: Path) -> Iterator[str]:
+    """`folder` over HTTP on a free local port (the docs site loads its JSON by XHR)."""
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+
+
+@pytest.fixture
+def published_week(engine: Target, landing: Path) -> Target:
+    generate_sales(landing, date(2026, 11, 16), 8, shops=12, events_per_day=400, seed=2)
+    assert run_nightly("sales", engine, landing, ts("2026-11-24T00:30"), quiet=True).ok
+    return engine
+
+
+def test_docs_site_leads_to_the_published_numbers(published_week: Target, tmp_path: Path) -> None:
+    if published_week.name != "duckdb":
+        pytest.skip("the site is the same for both engines; built once, on the embedded default")
+    outcome = dbt.invoke(published_week, dbt.dbt_args(published_week, ["docs", "generate"], quiet=True))
+    assert outcome.success, outcome.error
+    site = published_week.state_dir / "target"
+    assert (site / "assets" / "lateness_curve.png").exists()
+    with served(site) as url:
+        overview = browse(f"{url}/index.html#!/overview", tmp_path)
+        assert "Read the published schema" in overview and "can_still_change" in overview
+        assert 'src="assets/lateness_curve.png"' in overview
+        model = browse(f"{url}/index.html#!/model/model.dayclose.daily_sales", tmp_path)
+        assert "_published.daily_sales" in model and "Daily sales per shop" in model
+        assert "Lineage Graph" in model or "lineage" in model.lower()
+        source = browse(f"{url}/index.html#!/source/source.dayclose.published.daily_sales", tmp_path)
+        assert "main_published" in source and "daily_sales" in source
+        lineage = browse(f"{url}/index.html#!/model/model.dayclose.daily_sales?g_v=1", tmp_path)
+        assert "<canvas" in lineage  # the lineage graph was drawn
+
+
+def test_report_draws_the_published_numbers(published_week: Target, tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    assert main(["report", "--target", published_week.name, "--out", str(out)]) == 0
+    pngs = sorted(p.name for p in out.glob("*.png"))
+    assert pngs == ["completeness.png", "dead_letters.png", "lateness_curve.png", "run_history.png"]
+    for name in pngs:
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    page = browse((out / "index.html").as_uri(), tmp_path)
+    for name in pngs:
+        assert f'src="{name}"' in page
+    shot = tmp_path / "report.png"
+    browse((out / "index.html").as_uri(), tmp_path, screenshot=shot)
+    import matplotlib.image
+
+    pixels = matplotlib.image.imread(shot)
+    assert pixels.std() > 0.05  # the page drew charts, not a blank page
