@@ -94,6 +94,9 @@ def dbt_args(
     if command[0] in ("build", "test"):
         # a test runs only when all its parents are selected: a sales run never tests units marts
         args += ["--indirect-selection", "cautious"]
+    if command[0] == "build":
+        # the dbt unit tests test the code, in the test suite; a night is gated by the data tests
+        args += ["--exclude-resource-type", "unit_test"]
     if window is not None:
         start, end = window
         args += ["--event-time-start", start.isoformat(), "--event-time-end", end.isoformat()]

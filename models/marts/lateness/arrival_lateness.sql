@@ -61,11 +61,19 @@ percentiles as (
     select
         source_name,
         cast(max(events_measured) as bigint) as events_measured,
-        min(case when events_within >= 0.5 * events_measured then delay_minutes end) / 60.0 as delay_p50_hours,
-        min(case when events_within >= 0.9 * events_measured then delay_minutes end) / 60.0 as delay_p90_hours,
-        min(case when events_within >= 0.99 * events_measured then delay_minutes end) / 60.0 as delay_p99_hours,
-        min(case when events_within >= 0.999 * events_measured then delay_minutes end) / 60.0 as delay_p999_hours,
-        max(delay_minutes) / 60.0 as delay_max_hours
+        cast(
+            min(case when events_within >= 0.5 * events_measured then delay_minutes end) / 60.0 as decimal(18, 6)
+        ) as delay_p50_hours,
+        cast(
+            min(case when events_within >= 0.9 * events_measured then delay_minutes end) / 60.0 as decimal(18, 6)
+        ) as delay_p90_hours,
+        cast(
+            min(case when events_within >= 0.99 * events_measured then delay_minutes end) / 60.0 as decimal(18, 6)
+        ) as delay_p99_hours,
+        cast(
+            min(case when events_within >= 0.999 * events_measured then delay_minutes end) / 60.0 as decimal(18, 6)
+        ) as delay_p999_hours,
+        cast(max(delay_minutes) / 60.0 as decimal(18, 6)) as delay_max_hours
 
     from cumulative
     group by source_name
