@@ -37,17 +37,12 @@
 
 {#
     SQL condition: the row's (source_name, batch_id) is one of `batches_by_source`
-    ({source_name: [batch_id, ...]}); false when there are none. The range on
-    batch_id lets engines skip by zone maps or an index before the list is checked.
+    ({source_name: [batch_id, ...]}); false when there are none.
 #}
 {% macro in_batches(batches_by_source) -%}
     {%- set terms = [] -%}
     {%- for source_name, batch_ids in batches_by_source.items() if batch_ids -%}
-        {%- set ids = batch_ids | sort -%}
-        {%- do terms.append(
-            "(source_name = '" ~ source_name ~ "' and batch_id >= '" ~ ids[0] ~ "' and batch_id <= '"
-            ~ ids[-1] ~ "' and batch_id in ('" ~ ids | join("', '") ~ "'))"
-        ) -%}
+        {%- do terms.append("(source_name = '" ~ source_name ~ "' and " ~ dayclose.batch_in(batch_ids) ~ ")") -%}
     {%- endfor -%}
     {{- '(' ~ terms | join(' or ') ~ ')' if terms else '1 = 0' -}}
 {%- endmacro %}

@@ -37,12 +37,6 @@
 {%- endmacro %}
 
 
-{# The as-of day (the day the run happens in) as a SQL date. #}
-{% macro as_of_date() -%}
-    cast('{{ dayclose.as_of_text()[:10] }}' as date)
-{%- endmacro %}
-
-
 {# 'YYYY-MM-DD' of the as-of day shifted by `days` (negative: earlier). #}
 {% macro as_of_day_offset(days) -%}
     {%- set day = modules.datetime.datetime.strptime(dayclose.as_of_text()[:10], '%Y-%m-%d') -%}
