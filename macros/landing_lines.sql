@@ -486,3 +486,25 @@ final as (
 
 select * from final
 {% endmacro %}
+
+
+{#
+    SQL columns dead_letter_kind and dead_letter_reason of a validated-lines model: the
+    contract's decode error first, then the first of the source's business `rules` the
+    line breaks, in their order. `rules` is a list of [kind, SQL condition that breaks the
+    rule, SQL text of the reason]; the decoded line is `decoded`.
+#}
+{% macro line_verdict(rules) -%}
+        case
+            when decoded.decode_error_kind is not null then decoded.decode_error_kind
+            {%- for kind, condition, _ in rules %}
+            when {{ condition }} then '{{ kind }}'
+            {%- endfor %}
+        end as dead_letter_kind,
+        case
+            when decoded.decode_error_kind is not null then decoded.decode_error
+            {%- for _, condition, reason in rules %}
+            when {{ condition }} then {{ reason }}
+            {%- endfor %}
+        end as dead_letter_reason
+{%- endmacro %}

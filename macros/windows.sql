@@ -34,3 +34,22 @@
 {% macro microbatch_begin() %}
     {{ return(dayclose.as_of_day_offset(-var('late_arrival_scan_days'))) }}
 {% endmacro %}
+
+
+{#
+    The config of a daily microbatch model of a source: each nightly run rebuilds the
+    source's window, day by day, each day overwritten whole (microbatch_overwrite.sql).
+    In the model: {{ config(**dayclose.daily_microbatch('sales', 'sale_date')) }}
+#}
+{% macro daily_microbatch(source_name, event_time) %}
+    {{ return({
+        'materialized': 'incremental',
+        'incremental_strategy': 'microbatch',
+        'event_time': event_time,
+        'batch_size': 'day',
+        'begin': dayclose.microbatch_begin(),
+        'lookback': dayclose.window_days(source_name),
+        'on_schema_change': 'fail',
+        'tags': [source_name],
+    }) }}
+{% endmacro %}

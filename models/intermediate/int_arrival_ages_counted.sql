@@ -3,17 +3,6 @@
     (macros/read_once.sql): events per source, event day and whole hour of
     the day's age at arrival. arrival_lateness_curve adds these up.
 #}
-{{
-    config(
-        materialized='incremental',
-        incremental_strategy='delete+insert',
-        unique_key=['source_name', 'event_date'],
-        indexes=[{'columns': ['source_name', 'event_date']}],
-        on_schema_change='fail',
-        tags=['shared', 'lateness'],
-    )
-}}
-
 with
 
 first_arrivals as (

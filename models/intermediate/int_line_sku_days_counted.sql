@@ -5,17 +5,7 @@
     at least stuck_sensor_run_units consecutive units of a line). daily_good_units and
     line_daily_units add these up.
 #}
-{{
-    config(
-        materialized='incremental',
-        incremental_strategy='microbatch',
-        event_time='production_date',
-        batch_size='day',
-        begin=dayclose.microbatch_begin(),
-        lookback=dayclose.window_days('units'),
-        tags=['units'],
-    )
-}}
+{{ config(**dayclose.daily_microbatch('units', 'production_date')) }}
 
 {%- set sensors = ['fill_level_ml', 'capper_torque_nm', 'temperature_c'] -%}
 

@@ -5,23 +5,6 @@
     nightly cost follows the batches loaded, not the history.
 -#}
 {{
-    config(
-        materialized='incremental',
-        incremental_strategy='delete+insert',
-        unique_key=['line_id', 'plc_seq'],
-        event_time='event_at',
-        indexes=[
-            {'columns': ['line_id', 'plc_seq'], 'unique': True},
-            {'columns': ['event_at']},
-            {'columns': ['batch_id']},
-        ],
-        post_hook="{{ dayclose.vanished_first_arrivals() }}",
-        on_schema_change='fail',
-        tags=['units'],
-    )
-}}
-
-{{
     dayclose.first_arrivals('units', ref('int_unit_lines_validated'), [
         'plant_id', 'sku', 'verdict', 'fill_level_ml', 'capper_torque_nm', 'temperature_c',
         'has_sensor_out_of_spec',

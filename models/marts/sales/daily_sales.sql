@@ -4,18 +4,7 @@
     day of the window is overwritten whole (macros/microbatch_overwrite.sql).
     A sale counts once, at its first arrival (int_sales_deduplicated).
 #}
-{{
-    config(
-        materialized='incremental',
-        incremental_strategy='microbatch',
-        event_time='sale_date',
-        batch_size='day',
-        begin=dayclose.microbatch_begin(),
-        on_schema_change='fail',
-        lookback=dayclose.window_days('sales'),
-        tags=['sales'],
-    )
-}}
+{{ config(**dayclose.daily_microbatch('sales', 'sale_date')) }}
 
 with
 

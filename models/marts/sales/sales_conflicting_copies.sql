@@ -4,16 +4,6 @@
     copy is recorded here with both lines, and a gate warns. Built per day of the copy,
     with the nightly window.
 #}
-{{
-    config(
-        materialized='incremental',
-        incremental_strategy='microbatch',
-        event_time='sale_date',
-        batch_size='day',
-        begin=dayclose.microbatch_begin(),
-        lookback=dayclose.window_days('sales'),
-        tags=['sales'],
-    )
-}}
+{{ config(**dayclose.daily_microbatch('sales', 'sale_date')) }}
 
 {{ dayclose.conflicting_copies('sales', ref('int_sale_lines_validated'), ['sold_at', 'shop_id', 'amount']) }}

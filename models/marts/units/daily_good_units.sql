@@ -4,18 +4,7 @@
     (line_id, plc_seq) counts once, at its first arrival, however often it was
     replayed; the count is the PLC's verdict, whatever the sensors said.
 #}
-{{
-    config(
-        materialized='incremental',
-        incremental_strategy='microbatch',
-        event_time='production_date',
-        batch_size='day',
-        begin=dayclose.microbatch_begin(),
-        on_schema_change='fail',
-        lookback=dayclose.window_days('units'),
-        tags=['units'],
-    )
-}}
+{{ config(**dayclose.daily_microbatch('units', 'production_date')) }}
 
 with
 

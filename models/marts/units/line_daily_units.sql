@@ -4,17 +4,7 @@
     least stuck_sensor_run_units consecutive units). For operators' follow-up
     and for the gate that a producing line never reports zero units unnoticed.
 #}
-{{
-    config(
-        materialized='incremental',
-        incremental_strategy='microbatch',
-        event_time='production_date',
-        batch_size='day',
-        begin=dayclose.microbatch_begin(),
-        lookback=dayclose.window_days('units'),
-        tags=['units'],
-    )
-}}
+{{ config(**dayclose.daily_microbatch('units', 'production_date')) }}
 
 with
 

@@ -4,16 +4,6 @@
     first arrival counts, the copy is recorded here with both lines, and a gate warns.
     Built per day of the copy, with the nightly window.
 #}
-{{
-    config(
-        materialized='incremental',
-        incremental_strategy='microbatch',
-        event_time='production_date',
-        batch_size='day',
-        begin=dayclose.microbatch_begin(),
-        lookback=dayclose.window_days('units'),
-        tags=['units'],
-    )
-}}
+{{ config(**dayclose.daily_microbatch('units', 'production_date')) }}
 
 {{ dayclose.conflicting_copies('units', ref('int_unit_lines_validated'), ['event_at', 'sku', 'verdict']) }}
