@@ -135,3 +135,13 @@
     from ({{ dayclose.no_arrivals() }}) as arrivals
     {%- endif -%}
 {%- endmacro %}
+
+
+{# SQL select of a per-day lateness count model's rows of the measured days. #}
+{% macro measured_counts(relation) -%}
+    {%- set measured = dayclose.measured_days_range() -%}
+    select * from {{ relation }}
+    where
+        event_date >= cast('{{ measured[0] }}' as date)
+        and event_date < cast('{{ measured[1] }}' as date)
+{%- endmacro %}

@@ -75,3 +75,13 @@
         {%- endif -%}
     {%- endif -%}
 {% endmacro %}
+
+
+{#
+    SQL select of what had arrived, in complete batches, by the run's as-of instant: the
+    rows of `relation` (with batch_completed_at) a run as of T may count.
+#}
+{% macro known_as_of(relation) -%}
+    select * from {{ relation }}
+    where batch_completed_at <= {{ dayclose.as_of_at() }}
+{%- endmacro %}

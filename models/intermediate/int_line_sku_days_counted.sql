@@ -15,8 +15,7 @@ units as (
 
     -- dbt limits this to the batch's day through the event_time of the ref;
     -- a run as of T counts what had arrived, in complete batches, by T
-    select * from {{ ref('int_units_deduplicated') }}
-    where batch_completed_at <= {{ dayclose.as_of_at() }}
+    {{ dayclose.known_as_of(ref('int_units_deduplicated')) }}
 
 ),
 

@@ -24,7 +24,7 @@ decoded as (
 
 shops as (
 
-    select * from {{ ref('shops') }}
+    select shop_id from {{ ref('shops') }}
 
 ),
 

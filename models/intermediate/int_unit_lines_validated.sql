@@ -32,13 +32,18 @@ decoded as (
 
 lines as (
 
-    select * from {{ ref('lines') }}
+    select
+        line_id,
+        plant_id,
+        commissioned_at
+
+    from {{ ref('lines') }}
 
 ),
 
 skus as (
 
-    select * from {{ ref('skus') }}
+    select sku from {{ ref('skus') }}
 
 ),
 

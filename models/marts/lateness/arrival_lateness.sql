@@ -16,10 +16,7 @@ with
 
 delays as (
 
-    select * from {{ ref('int_arrival_delays_counted') }}
-    where
-        event_date >= cast('{{ measured[0] }}' as date)
-        and event_date < cast('{{ measured[1] }}' as date)
+    {{ dayclose.measured_counts(ref('int_arrival_delays_counted')) }}
 
 ),
 

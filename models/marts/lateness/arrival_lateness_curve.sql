@@ -12,10 +12,7 @@ with
 
 age_counts as (
 
-    select * from {{ ref('int_arrival_ages_counted') }}
-    where
-        event_date >= cast('{{ measured[0] }}' as date)
-        and event_date < cast('{{ measured[1] }}' as date)
+    {{ dayclose.measured_counts(ref('int_arrival_ages_counted')) }}
 
 ),
 

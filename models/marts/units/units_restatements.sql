@@ -19,7 +19,12 @@ versions as (
 
 close_calendar as (
 
-    select * from {{ ref('finance_close_calendar') }}
+    select
+        period_start_date,
+        period_end_date,
+        closes_on
+
+    from {{ ref('finance_close_calendar') }}
 
 ),
 
