@@ -11,17 +11,11 @@ import sys
 import traceback
 from pathlib import Path
 
+from dayclose.console import show_progress, stderr_progress
 from dayclose.dates import parse_as_of, parse_date
 from dayclose.errors import EXIT_FAILED, EXIT_NOT_FOUND, DaycloseError
 from dayclose.settings import TARGETS, resolve_target
 from dayclose.sources import SOURCES
-
-
-def stderr_progress(message: str) -> None:
-    """Progress of a long step, on standard error (standard output stays the result)."""
-    from datetime import datetime
-
-    print(f"  {datetime.now():%H:%M:%S} {message}", file=sys.stderr, flush=True)
 
 
 def existing_folder(text: str, what: str = "--landing") -> Path:
@@ -46,7 +40,7 @@ def _generate(args: argparse.Namespace) -> int:
     from dayclose.generate import generate_sales, generate_units
 
     start = parse_date(args.start, "--start")
-    common = {"seed": args.seed, "progress": stderr_progress}
+    common = {"seed": args.seed}
     if args.source == "sales":
         report = generate_sales(
             Path(args.landing),
@@ -173,6 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    show_progress(stderr_progress)
     try:
         return args.func(args)
     except DaycloseError as exc:
@@ -183,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"dayclose {args.command}: interrupted", file=sys.stderr)
         return 130
+    finally:
+        show_progress(None)
 
 
 if __name__ == "__main__":

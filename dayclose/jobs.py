@@ -25,6 +25,7 @@ import yaml
 
 from dayclose import dbt_runner as dbt
 from dayclose.audit import audit_row, record_restatement, record_run
+from dayclose.console import progress
 from dayclose.dates import utc_now
 from dayclose.errors import DaycloseError
 from dayclose.loader import RECHECK_DAYS, LoadReport, load_source, missing_markers
@@ -195,6 +196,8 @@ def _steps(run: _Run) -> None:
     if summary.kind == "run":
         summary.window = _first_build_window(target, run.source, summary)
         _with_days_not_final(target, run.source, summary)
+    last_day = summary.window[1] - timedelta(days=1)
+    progress(f"build {summary.job}: days {summary.window[0]} .. {last_day}, then the gates")
     variables = {**run.project_vars, "run_id": summary.run_id}
     if run.reason is not None:
         variables["restate_reason"] = run.reason

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from datetime import date
 from pathlib import Path
 
+from dayclose.console import progress as console_progress
 from dayclose.errors import DaycloseError
 from dayclose.generate.writer import DAY, HOUR, BatchWriter, GenerateReport, iso, write_csv
 
@@ -73,7 +74,7 @@ def generate_sales(
     shops: int = 140,
     seed: int = 0,
     events_per_day: int | None = None,
-    progress: Callable[[str], None] | None = None,
+    progress: Callable[[str], None] = console_progress,
 ) -> GenerateReport:
     """Write `days` days of till sales, from `start`, as they would arrive."""
     if not 1 <= shops <= MAX_SHOPS:
@@ -117,9 +118,8 @@ def generate_sales(
             cell[1] += 1
         events += per_day
         writer.seal_before(day_end)  # nothing sold later can arrive before its own day
-        if progress:
-            rate = events / max(time.monotonic() - started, 1e-9)
-            progress(f"sales {sale_date}: {per_day:,} events, {events:,} in all, {rate:,.0f} events/s")
+        rate = events / max(time.monotonic() - started, 1e-9)
+        progress(f"sales {sale_date}: {per_day:,} events, {events:,} in all, {rate:,.0f} events/s")
     writer.seal_before(None)
     writer.fill_gaps(first, first + (days + 4) * DAY)
     truth_path = write_csv(

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
+from dayclose.console import progress as console_progress
 from dayclose.errors import DaycloseError
 from dayclose.generate.writer import DAY, HOUR, BatchWriter, GenerateReport, iso, iso_ms, write_csv
 from dayclose.settings import PROJECT_DIR
@@ -142,7 +143,7 @@ def generate_units(
     plants: int = 300,
     seed: int = 0,
     units_per_day: int | None = None,
-    progress: Callable[[str], None] | None = None,
+    progress: Callable[[str], None] = console_progress,
     forced_outage: Outage | None = None,
 ) -> GenerateReport:
     """Write `days` days of finished units from the lines of `plants` plants, as they would arrive.
@@ -224,9 +225,8 @@ def generate_units(
             units += per_line
         previous = today
         writer.seal_before(day_start + DAY)
-        if progress:
-            rate = units / max(time.monotonic() - started, 1e-9)
-            progress(f"units {day}: {per_line * len(lines):,} units, {units:,} in all, {rate:,.0f} units/s")
+        rate = units / max(time.monotonic() - started, 1e-9)
+        progress(f"units {day}: {per_line * len(lines):,} units, {units:,} in all, {rate:,.0f} units/s")
     writer.seal_before(None)
     writer.fill_gaps(first, first + (days + 1) * DAY)
     truth_path = write_csv(

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from dayclose.console import progress as console_progress
 from dayclose.dates import utc_now
 from dayclose.loader.contract import Batch, ManifestMismatch, data_files, discover, marker_sha, read_manifest
 from dayclose.loader.ingest import ensure_landing, ingest_file, put_back
@@ -247,7 +248,7 @@ def load_source(
     source: Source,
     landing: Path,
     as_of: datetime,
-    progress: Callable[[str], None] | None = None,
+    progress: Callable[[str], None] = console_progress,
     recheck_days: int | None = RECHECK_DAYS,
 ) -> LoadReport:
     """Load every complete, not yet loaded batch of `source` that had arrived by `as_of`.
