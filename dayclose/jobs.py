@@ -159,13 +159,18 @@ def _locked(run: _Run, lock_timeout: float) -> RunSummary:
         except BaseException as exc:
             summary.status = "error"
             summary.message = f"{type(exc).__name__}: {exc}"
+            with contextlib.suppress(Exception):  # the run's own error is the one to report
+                _record(run, started)
             raise
-        finally:
-            # every run is recorded, also one that raised; DuckDB readers get the new state
-            with Warehouse(run.target) as wh:
-                record_run(wh, audit_row(summary, started))
-            export_for_readers(run.target)
+        _record(run, started)
     return summary
+
+
+def _record(run: _Run, started: datetime) -> None:
+    """Every run is recorded in the run audit, also one that raised; DuckDB readers get the new state."""
+    with Warehouse(run.target) as wh:
+        record_run(wh, audit_row(run.summary, started))
+    export_for_readers(run.target)
 
 
 def _timed(run: _Run, name: str, fn: Callable[..., T], *args: Any) -> T:

@@ -49,6 +49,10 @@ POSTGRES_COPY = (
 )
 
 
+class BatchUnreadable(ValueError):
+    """The engine did not read back all the lines of a batch: the batch is refused, not half loaded."""
+
+
 def ensure_landing(wh: Warehouse, tables: Sequence[str]) -> None:
     """The landing schema, the load ledger and a raw table per source (idempotent)."""
     schema = wh.target.landing_schema

@@ -31,7 +31,7 @@ from pathlib import Path
 from dayclose.console import progress as console_progress
 from dayclose.dates import utc_now
 from dayclose.loader.contract import Batch, ManifestMismatch, data_files, discover, marker_sha, read_manifest
-from dayclose.loader.ingest import ensure_landing, ingest_file, put_back
+from dayclose.loader.ingest import BatchUnreadable, ensure_landing, ingest_file, put_back
 from dayclose.loader.prepass import FileScan, sanitize, scan
 from dayclose.sources import SOURCES, Source
 from dayclose.warehouse import Warehouse
@@ -144,7 +144,7 @@ def write_batch(
     message = "manifest changed since the last load; batch replaced" if previous_sha else ""
     try:
         byte_errors = _write(wh, source, checked, message)
-    except ManifestMismatch as exc:
+    except (ManifestMismatch, BatchUnreadable) as exc:
         return _refuse(wh, source, batch, checked.sha, str(exc), previous_sha)
     except wh.data_errors as exc:  # the engine refused the bytes: this batch waits, the others load
         reason = f"the {wh.kind} reader failed: " + " ".join(str(exc).split())[:500]
