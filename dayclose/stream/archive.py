@@ -15,7 +15,7 @@ written to a temporary file, fsynced, renamed, the folder fsynced) only when
 - no message is waiting for an acknowledgement (num_ack_pending 0), and
 - every message stored in that hour has been delivered: a later message was seen (the
   stream's order is its arrival order), or none is pending and the hour ended more than
-  a grace (5 s) ago. Hours in which nothing arrived are sealed as empty batches.
+  a grace (2 s, for clock skew) ago. Hours in which nothing arrived are sealed as empty batches.
 
 Killed at any point and restarted, it loses nothing: unacknowledged messages come back
 (consumers.align resets the consumer to its ack floor at once), a line cut short by the
@@ -56,7 +56,7 @@ from dayclose.stream.streams import connect
 from dayclose.stream.wire import Readings, WireError, decode, rfc3339_ms
 
 HOUR_MS = HOUR * 1000
-GRACE_MS = 5_000
+GRACE_MS = 2_000
 FETCH = 512
 CONSUMER = "archive"
 

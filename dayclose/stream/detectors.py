@@ -10,7 +10,10 @@ For each line (and lane: live, late, backfill), over the readings of one message
 | drift_cusum | fill level | the two-sided CUSUM of (fill - target) / sigma, slack k = 1, exceeds h = 8 |
 | drift_ewma | fill level | the EWMA (lambda 0.05) is over 2.5 sigma from target (62% of the way to a limit) |
 
-target = mid-spec, sigma = spec width / 8.
+target = mid-spec, sigma = spec width / 8. Fill levels enter the drift statistics clipped to the
+spec limits (+-4 sigma), so one garbage spike (9999.9 ml) cannot fake a drift: it is an
+out_of_spec and rate_of_change alert, while a real drift past a limit still adds 3 sigma a
+reading to the CUSUM.
 
 sigma = width / 8 is the spread of a line that just meets Cp 1.33; a better line is noisier
 than assumed by less, so these thresholds err toward silence: in-control readings give no
@@ -65,6 +68,7 @@ class Thresholds:
     cusum_k: float = 1.0  # slack, in sigma
     cusum_h: float = 8.0  # decision interval, in sigma
     cusum_cap: float = 16.0  # the CUSUM is capped at this after each message (bounded recovery)
+    drift_clip: float = 4.0  # fill enters the drift statistics clipped to +-4 sigma: the spec limits
     ewma_lambda: float = 0.05
     ewma_limit: float = 2.5  # in sigma from target
     roc_share: float = 1.0  # a step larger than the spec width between two consecutive units
@@ -228,12 +232,12 @@ def score(state: LaneState, spec: Spec, th: Thresholds, x: np.ndarray) -> list[C
     last_break = np.maximum.accumulate(breaks, axis=1)
     run = np.where(last_break >= 0, idx - last_break + 1, state.run[:, None] + idx + 1)
     np.greater_equal(run, th.stuck_after, out=cond[6:9])
-    z = (x[0] - spec.target) / spec.sigma
+    z = np.clip((x[0] - spec.target) / spec.sigma, -th.drift_clip, th.drift_clip)
     s_high = cusum(z - th.cusum_k, state.cusum[0])
     s_low = cusum(-z - th.cusum_k, state.cusum[1])
     np.greater(s_high, th.cusum_h, out=cond[CUSUM_HIGH])
     np.greater(s_low, th.cusum_h, out=cond[CUSUM_LOW])
-    e = ewma(x[0], state.ewma, th.ewma_lambda)
+    e = ewma(spec.target + z * spec.sigma, state.ewma, th.ewma_lambda)
     limit = th.ewma_limit * spec.sigma
     np.greater(np.abs(e - spec.target), limit, out=cond[EWMA_ROW])
 

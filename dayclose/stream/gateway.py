@@ -365,21 +365,30 @@ class Plants:
             bodies.append(body)
         return bodies
 
+    def first_live_unit(self) -> int:
+        """The first unit the offline plant sends live after reconnecting; the ones before are its
+        backlog (the same cut as the live loop's: chunks due before the reconnection)."""
+        w = self.window_of(self.sc.reconnect_ms)
+        while True:
+            for chunk in self.chunks_of_window(self.sc.lines[0], w):
+                if chunk.due_ms >= self.sc.reconnect_ms:
+                    return chunk.i0
+            w += 1
+
     async def replay_backlog(self, js) -> tuple[int, float]:
-        """The offline plant's buffered readings, published on the backfill subject at reconnect."""
+        """The offline plant's buffered readings, sent on the backfill subject at reconnection in
+        messages of 100 (the whole backlog is there: no window to wait for)."""
         started = time.monotonic()
-        sent = 0
-        last_w = self.window_of(self.sc.reconnect_ms)
-        for line in [ln for ln in self.sc.lines if ln.plant_id == self.sc.offline_plant]:
-            for w in range(0, last_w + 1):
-                for chunk in self.chunks_of_window(line, w):
-                    if chunk.due_ms >= self.sc.reconnect_ms or chunk.i1 <= chunk.i0:
-                        continue
-                    await self.send(js, chunk, "backfill")
-                    sent += chunk.i1 - chunk.i0
-                await asyncio.sleep(0)
+        end = self.first_live_unit()
+        lines = [ln for ln in self.sc.lines if ln.plant_id == self.sc.offline_plant]
+        for i0 in range(0, end, MAX_BATCH):
+            for line in lines:
+                await self.send(
+                    js, Chunk(line, i0, min(end, i0 + MAX_BATCH), self.sc.reconnect_ms), "backfill"
+                )
+            await asyncio.sleep(0)
         await self._settle()
-        return sent, time.monotonic() - started
+        return end * len(lines), time.monotonic() - started
 
     async def run(self) -> Truth:
         sc = self.sc

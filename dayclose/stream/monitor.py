@@ -51,13 +51,24 @@ FETCH_WAIT_S = 0.5
 
 @dataclass
 class Stats:
-    """What a worker did, for `--stats` (the benchmark) and the final log line."""
+    """What a worker did, for `--stats` (the benchmark), the demo and the final log line."""
 
     messages: int = 0
     readings: int = 0
     alerts: int = 0
     dead_letters: int = 0
-    latency_ms: array = field(default_factory=lambda: array("f"))  # stored -> scored, per live message
+    latency_at: array = field(default_factory=lambda: array("d"))  # wall clock of each live message scored
+    latency_ms: array = field(default_factory=lambda: array("f"))  # its stored -> scored latency
+    backfill_readings: int = 0
+    backfill_span: list[float] = field(default_factory=list)  # wall clock of the first and last backfill
+
+    def live_p99(self, since: float | None = None, until: float | None = None) -> float | None:
+        lat = sorted(
+            ms
+            for t, ms in zip(self.latency_at, self.latency_ms, strict=True)
+            if (since is None or t >= since) and (until is None or t <= until)
+        )
+        return lat[min(len(lat) - 1, int(0.99 * len(lat)))] if lat else None
 
     def to_dict(self, cpu_s: float, wall_s: float) -> dict:
         lat = sorted(self.latency_ms)
@@ -65,6 +76,7 @@ class Stats:
         def pct(q: float) -> float | None:
             return round(lat[min(len(lat) - 1, int(q * len(lat)))], 3) if lat else None
 
+        span = self.backfill_span
         return {
             "messages": self.messages,
             "readings": self.readings,
@@ -73,6 +85,11 @@ class Stats:
             "cpu_s": round(cpu_s, 3),
             "wall_s": round(wall_s, 3),
             "latency_ms": {"p50": pct(0.5), "p99": pct(0.99), "max": lat[-1] if lat else None, "n": len(lat)},
+            "backfill": {
+                "readings": self.backfill_readings,
+                "seconds": round(span[1] - span[0], 3) if len(span) == 2 else None,
+                "live_p99_ms_meanwhile": self.live_p99(*span) if len(span) == 2 else None,
+            },
         }
 
 
@@ -118,10 +135,15 @@ class Unit:
             if msgs:
                 self.last_message = time.monotonic()
                 stats.messages += len(msgs)
-                stats.readings += sum(o.scored for o in outs)
+                scored = sum(o.scored for o in outs)
+                stats.readings += scored
+                now = time.time()
                 if live:
-                    now = time.time() * 1000
-                    stats.latency_ms.extend(now - stored_ms(m) for m in msgs)
+                    stats.latency_ms.extend(now * 1000 - stored_ms(m) for m in msgs)
+                    stats.latency_at.extend(now for _ in msgs)
+                elif self.stream == self.settings.telemetry_stream:
+                    stats.backfill_readings += scored
+                    stats.backfill_span[:] = [stats.backfill_span[0] if stats.backfill_span else now, now]
             unacked.extend(msgs)
             if unacked and (not msgs or stopping or time.monotonic() - checkpointed >= CHECKPOINT_EVERY_S):
                 await kv.put(self.key, self.processor.snapshot())
@@ -235,12 +257,14 @@ async def run_worker(
     sink: bool = True,
     idle_exit: float | None = None,
     log=None,
+    stats: Stats | None = None,
 ) -> Stats:
-    """One monitor worker until `stop` is set (or nothing arrived for `idle_exit` seconds)."""
+    """One monitor worker until `stop` is set (or nothing arrived for `idle_exit` seconds);
+    `stats` (filled as it goes) lets a caller watch it."""
     stop = stop or asyncio.Event()
     reference = Reference.from_seeds()
     nc = await connect(settings, f"dayclose-monitor-{worker}")
-    stats = Stats()
+    stats = stats if stats is not None else Stats()
     try:
         js = nc.jetstream()
         try:
