@@ -9,6 +9,7 @@ package of the dev extra). No binary is an error, not a skip.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import csv
 import json
 import os
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from dayclose.settings import Target
 from dayclose.stream.config import StreamSettings, settings
 from dayclose.stream.detectors import Reference
 from dayclose.stream.server import PrivateServer
@@ -34,12 +36,18 @@ def line_ids() -> list[str]:
     return sorted(Reference.from_seeds().plant_of_line)
 
 
+@contextlib.contextmanager
+def stream_server(store: Path, clock_offset_s: float = 0.0) -> Iterator[StreamSettings]:
+    """A private nats-server with the streams set up; the settings that point at it."""
+    with PrivateServer(settings(partitions=PARTITIONS), store=store) as server:
+        s = settings(url=server.url, partitions=PARTITIONS, prefix="dayclose", clock_offset_s=clock_offset_s)
+        asyncio.run(setup(s, line_ids()))
+        yield s
+
+
 @pytest.fixture
 def nats(tmp_path: Path) -> Iterator[StreamSettings]:
-    """A private nats-server with the streams set up; the settings that point at it."""
-    with PrivateServer(settings(partitions=PARTITIONS), store=tmp_path / "nats") as server:
-        s = settings(url=server.url, partitions=PARTITIONS, prefix="dayclose")
-        asyncio.run(setup(s, line_ids()))
+    with stream_server(tmp_path / "nats") as s:
         yield s
 
 
@@ -53,10 +61,6 @@ def past_hour_start(seconds_before_hour: float) -> tuple[float, datetime]:
     return start - now, datetime.utcfromtimestamp(day)
 
 
-def with_offset(s: StreamSettings, offset: float) -> StreamSettings:
-    return settings(url=s.url, partitions=s.partitions, prefix=s.prefix, clock_offset_s=offset)
-
-
 def env_for(s: StreamSettings, tmp_path: Path) -> dict[str, str]:
     """The environment a `dayclose` subprocess needs to find this test's stream and warehouse."""
     env = dict(os.environ)
@@ -65,7 +69,7 @@ def env_for(s: StreamSettings, tmp_path: Path) -> dict[str, str]:
         DAYCLOSE_STREAM_PREFIX=s.prefix,
         DAYCLOSE_STREAM_PARTITIONS=str(s.partitions),
         DAYCLOSE_PLANT_CLOCK_OFFSET_S=str(s.clock_offset_s),
-        DAYCLOSE_DUCKDB=env.get("DAYCLOSE_DUCKDB", str(tmp_path / "ops.duckdb")),
+        DAYCLOSE_DUCKDB=str(tmp_path / "warehouse.duckdb"),
         DAYCLOSE_TARGET="duckdb",
     )
     return env
@@ -76,6 +80,10 @@ def start_dayclose(args: list[str], env: dict[str, str], log: Path) -> subproces
         return subprocess.Popen(
             [sys.executable, "-m", "dayclose.cli", *args], env=env, stdout=fh, stderr=fh, cwd=PROJECT
         )
+
+
+def duckdb_target(path: Path) -> Target:
+    return Target(name="duckdb", schema="main", duckdb_path=path)
 
 
 def read_truth(out: Path) -> dict:

@@ -274,12 +274,13 @@ class PartitionProcessor:
         return {**record, "event": "close"}
 
 
-def progress(processors_snapshots: list[bytes]) -> dict[str, dict]:
-    """Per line and lane: readings scored and the highest plc_seq scored, over checkpoints."""
+def progress(checkpoints: list[bytes]) -> dict[str, dict]:
+    """Per "line|lane": readings scored and the highest plc_seq scored, over the monitor's
+    checkpoints (other units' checkpoints, such as the dead-letter rate's, are passed over)."""
     out: dict[str, dict] = {}
-    for blob in processors_snapshots:
+    for blob in checkpoints:
         doc = json.loads(zlib.decompress(blob))
-        for key, lane in doc["lanes"].items():
+        for key, lane in doc.get("lanes", {}).items():
             if lane["hwm"] >= 0 or lane["watermark_ms"] != NEVER:
                 out[key] = {"scored": lane["scored"], "hwm": lane["hwm"], "open": len(lane["open"])}
     return out
