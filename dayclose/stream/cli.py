@@ -78,6 +78,7 @@ def _simulate(args: argparse.Namespace) -> int:
         fmt=args.format,
         backlog_hours=args.backlog_hours,
         reconnect_after_s=args.reconnect_after,
+        clock_offset_s=s.clock_offset_s,
     )
     out = Path(args.out)
     plants = asyncio.run(simulate(s, scenario, out, log=_progress))

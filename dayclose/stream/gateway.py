@@ -131,7 +131,10 @@ def build_scenario(
     backlog_hours: float = 4.0,
     reconnect_after_s: float | None = None,
     start_ms: int | None = None,
+    clock_offset_s: float = 0.0,
 ) -> Scenario:
+    """The scenario of a run that starts now on the plants' clock (machine clock + offset), or
+    at start_ms on it."""
     if plants < 2:
         raise DaycloseError(f"--plants {plants}: expected at least 2 (one of them goes offline)")
     if rate <= 0 or duration_s <= 0 or backlog_hours < 0:
@@ -160,7 +163,7 @@ def build_scenario(
         ("undecodable", pick(9), 0.5),
         ("undecodable", pick(10), 0.75),
     ]
-    now_ms = int(time.time() * 1000)
+    now_ms = int((time.time() + clock_offset_s) * 1000)
     reconnect_share = 0.3 if reconnect_after_s is None else reconnect_after_s / duration_s
     if not 0 <= reconnect_share <= 1:
         raise DaycloseError(f"--reconnect-after {reconnect_after_s}: expected within the --duration")
@@ -219,6 +222,11 @@ class Plants:
         self._done_injections: set[int] = set()
         self._garbage = [*scenario.copies, ("burst", scenario.burst_line, scenario.burst_at)]
         self._retries = [scenario.at(share) for share in (0.1, 0.3, 0.5, 0.7, 0.9)]
+        if abs(scenario.start_ms - self.now_ms()) > 60_000:
+            raise DaycloseError(
+                f"the scenario starts at {iso_ms(scenario.start_ms / 1000)} but the plants' clock reads "
+                f"{iso_ms(self.now_ms() / 1000)}: build it with the same clock offset"
+            )
 
     # -- time and chunks ------------------------------------------------------------------
     def now_ms(self) -> int:
