@@ -229,10 +229,15 @@ def score(state: LaneState, spec: Spec, th: Thresholds, x: np.ndarray) -> list[C
     prev[:, 1:] = x[:, :-1]
     step = np.abs(x - prev)
     np.greater(step, spec.roc[:, None], out=cond[3:6])  # NaN (no previous) compares False
-    breaks = np.where(x != prev, idx, -1)
-    last_break = np.maximum.accumulate(breaks, axis=1)
-    run = np.where(last_break >= 0, idx - last_break + 1, state.run[:, None] + idx + 1)
-    np.greater_equal(run, th.stuck_after, out=cond[6:9])
+    same = x == prev
+    if same.any():  # run lengths of equal values (a float sensor rarely repeats: usually skipped)
+        last_break = np.maximum.accumulate(np.where(same, -1, idx), axis=1)
+        run = np.where(last_break >= 0, idx - last_break + 1, state.run[:, None] + idx + 1)
+        np.greater_equal(run, th.stuck_after, out=cond[6:9])
+        state.run = run[:, -1].copy()
+    else:
+        cond[6:9] = False
+        state.run = np.ones(3, dtype=np.int64)
     z = np.clip((x[0] - spec.target) / spec.sigma, -th.drift_clip, th.drift_clip)
     s_high = cusum(z - th.cusum_k, state.cusum[0])
     s_low = cusum(-z - th.cusum_k, state.cusum[1])
@@ -243,7 +248,6 @@ def score(state: LaneState, spec: Spec, th: Thresholds, x: np.ndarray) -> list[C
     np.greater(np.abs(e - spec.target), limit, out=cond[EWMA_ROW])
 
     state.last = x[:, -1].copy()
-    state.run = run[:, -1].copy()
     state.cusum[0] = min(s_high[-1], th.cusum_cap)
     state.cusum[1] = min(s_low[-1], th.cusum_cap)
     state.ewma = float(e[-1])

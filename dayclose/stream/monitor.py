@@ -43,7 +43,7 @@ from dayclose.stream.dlrate import DeadLetterRate
 from dayclose.stream.partition import DeadLetter, Outputs, PartitionProcessor
 from dayclose.stream.streams import connect
 
-CHECKPOINT_EVERY_S = 0.1  # checkpoint (then ack) at most this often, and whenever idle
+CHECKPOINT_EVERY_S = 1.0  # checkpoint (then ack) at most this often under load, and whenever idle
 FETCH_LIVE = 256
 FETCH_BACKFILL = 32
 FETCH_WAIT_S = 0.5
@@ -61,6 +61,9 @@ class Stats:
     latency_ms: array = field(default_factory=lambda: array("f"))  # its stored -> scored latency
     backfill_readings: int = 0
     backfill_span: list[float] = field(default_factory=list)  # wall clock of the first and last backfill
+    busy_cpu: list[float] = field(
+        default_factory=list
+    )  # process CPU time before the first message, after the last
 
     def live_p99(self, since: float | None = None, until: float | None = None) -> float | None:
         lat = sorted(
@@ -84,9 +87,12 @@ class Stats:
             "dead_letters": self.dead_letters,
             "cpu_s": round(cpu_s, 3),
             "wall_s": round(wall_s, 3),
+            "busy_cpu_s": round(self.busy_cpu[1] - self.busy_cpu[0], 3) if len(self.busy_cpu) == 2 else None,
             "latency_ms": {"p50": pct(0.5), "p99": pct(0.99), "max": lat[-1] if lat else None, "n": len(lat)},
             "backfill": {
                 "readings": self.backfill_readings,
+                "first_at": span[0] if span else None,
+                "last_at": span[1] if len(span) == 2 else None,
                 "seconds": round(span[1] - span[0], 3) if len(span) == 2 else None,
                 "live_p99_ms_meanwhile": self.live_p99(*span) if len(span) == 2 else None,
             },
@@ -127,6 +133,8 @@ class Unit:
                     msgs = await self.sub.fetch(self.batch, timeout=FETCH_WAIT_S)
                 except TimeoutError:
                     msgs = []
+            if msgs and not stats.busy_cpu:
+                stats.busy_cpu.append(time.process_time())
             outs = [self._process(m) for m in msgs]
             tick = getattr(self.processor, "tick", None)
             if tick is not None:
@@ -151,6 +159,7 @@ class Unit:
                     await m.ack()
                 unacked.clear()
                 checkpointed = time.monotonic()
+                stats.busy_cpu[1:] = [time.process_time()]
             if stopping:
                 return
             if not live:

@@ -207,17 +207,22 @@ class PartitionProcessor:
         self, batch: Readings, mask: np.ndarray, lane: str, spec, plant_id: str, stored_ms: int, out: Outputs
     ) -> int:
         state = self.lane(batch.line_id, lane)
-        seq = batch.seq[mask]
-        prior = np.maximum.accumulate(np.concatenate(([state.hwm], seq)))[:-1]
-        fresh = seq > prior
-        copies = len(seq) - int(fresh.sum())
-        if copies:
-            self.counters["copies"] += copies
-            if not fresh.any():
-                return 0
-        idx = np.nonzero(mask)[0][fresh]
-        x = batch.sensors[:, idx]
-        state.hwm = max(state.hwm, int(batch.seq[idx].max()))
+        seq = batch.seq
+        if mask.all() and seq[0] > state.hwm and (seq[1:] > seq[:-1]).all():  # the usual case
+            idx = np.arange(len(seq))
+            x = batch.sensors
+        else:
+            seq = seq[mask]
+            prior = np.maximum.accumulate(np.concatenate(([state.hwm], seq)))[:-1]
+            fresh = seq > prior
+            copies = len(seq) - int(fresh.sum())
+            if copies:
+                self.counters["copies"] += copies
+                if not fresh.any():
+                    return 0
+            idx = np.nonzero(mask)[0][fresh]
+            x = batch.sensors[:, idx]
+        state.hwm = max(state.hwm, int(batch.seq[idx[-1]]) if len(idx) else state.hwm)
         changes = score(state, spec, self.th, x)
         self.counters["scored"] += len(idx)
         if changes:
