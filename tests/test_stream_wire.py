@@ -143,3 +143,13 @@ def test_json_lines_that_are_not_readings_are_kept_as_they_came() -> None:
     wrapped = json.loads(as_it_came(b"\x00\x01", "undecodable payload", "2026-11-23T21:14:05.120Z", "s.t"))
     assert wrapped["undecodable_payload"] == "AAE=" and wrapped["subject"] == "s.t"
     assert contract_problem(json.dumps(wrapped)).startswith("keys")
+
+
+@pytest.mark.parametrize("value", ["true", '"330.1"', "null", "[330.1]", "{}"])
+def test_a_json_sensor_value_that_is_not_a_number_is_a_problem_of_its_line(value: str) -> None:
+    seq, event, verdict, sensors = sample(3)
+    rows = encode_jsonl("L-007-1", "IPA-330-BTL", seq, event, verdict, sensors).split(b"\n")
+    rows[2] = rows[2].replace(b'"fill_level_ml": 329.9', b'"fill_level_ml": ' + value.encode())
+    batch = decode(b"\n".join(rows))
+    assert list(batch.problems) == [2] and batch.problems[2].startswith("fill_level_ml: not a number")
+    assert batch.sensors[0, :2].tolist() == [330.4, 331.0]
