@@ -80,3 +80,38 @@ def test_a_server_without_the_mapping_is_refused_with_the_configuration_to_add(n
     bigger = settings(url=nats.url, partitions=nats.partitions * 2)
     with pytest.raises(DaycloseError, match="not K=8"):
         asyncio.run(setup(bigger, line_ids()))
+
+
+def test_changing_k_drains_resets_and_goes_on_without_rescoring(tmp_path) -> None:
+    """The documented procedure: drain, reload the mapping with the new K, setup, reset the
+    monitors, start them --from new."""
+    from dayclose.stream.gateway import build_scenario, simulate
+    from dayclose.stream.monitor import run_worker
+    from dayclose.stream.partition import progress
+    from dayclose.stream.server import PrivateServer
+    from dayclose.stream.streams import reset_monitors
+    from tests.stream_fixtures import checkpoints, read_truth
+
+    with PrivateServer(settings(partitions=4), store=tmp_path / "nats") as server:
+        four = settings(url=server.url, partitions=4)
+        asyncio.run(setup(four, line_ids()))
+        asyncio.run(simulate(four, build_scenario(2, 200, 4, seed=1, backlog_hours=0.01), tmp_path / "a"))
+        first = asyncio.run(run_worker(four, idle_exit=1.5, sink=False))
+        assert first.readings == read_truth(tmp_path / "a")["run"]["readings"]
+        server.reload(settings(url=server.url, partitions=8))
+        eight = settings(url=server.url, partitions=8)
+        with pytest.raises(DaycloseError, match="0..7, not K=4"):
+            asyncio.run(setup(four, line_ids()))  # the old K no longer matches the server
+        asyncio.run(setup(eight, line_ids()))
+        consumers, states = asyncio.run(reset_monitors(eight))
+        assert consumers == 2 * 4 + 1 and 0 < states <= consumers
+        opened = asyncio.run(run_worker(eight, idle_exit=0.5, sink=False, from_new=True))
+        assert opened.readings == 0  # started after the stream's last message
+        asyncio.run(simulate(eight, build_scenario(2, 200, 4, seed=2, backlog_hours=0.01), tmp_path / "b"))
+        second = asyncio.run(run_worker(eight, idle_exit=1.5, sink=False))
+        truth = read_truth(tmp_path / "b")
+        assert second.readings == truth["run"]["readings"]  # the new readings, and only those
+        scored = progress(list(checkpoints(eight).values()))
+        assert {k: v["scored"] for k, v in scored.items()} == {
+            f"{line}|{lane}": n for (line, lane), (n, _, _) in truth["lines"].items()
+        }

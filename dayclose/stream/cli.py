@@ -46,6 +46,16 @@ def _setup(args: argparse.Namespace) -> int:
     return 0
 
 
+def _reset(args: argparse.Namespace) -> int:
+    from dayclose.stream.streams import reset_monitors
+
+    consumers, checkpoints = asyncio.run(reset_monitors(settings()))
+    print(
+        f"deleted {consumers} monitor consumers and {checkpoints} checkpoints; start monitors with --from new"
+    )
+    return 0
+
+
 def _mapping(args: argparse.Namespace) -> int:
     print(settings().mapping_config(), end="")
     return 0
@@ -99,10 +109,20 @@ def _monitor(args: argparse.Namespace) -> int:
             forward += ["--target", args.target]
         if args.idle_exit:
             forward += ["--idle-exit", str(args.idle_exit)]
+        forward += ["--from", args.start]
         return supervise(args.workers, forward, log=_progress)
     worker, of = (0, 1) if args.worker is None else (args.worker, args.of)
     stats = Path(args.stats) if args.stats else None
-    return monitor_main(settings(), worker, of, args.target, args.idle_exit, stats, log=_progress)
+    return monitor_main(
+        settings(),
+        worker,
+        of,
+        args.target,
+        args.idle_exit,
+        stats,
+        log=_progress,
+        from_new=args.start == "new",
+    )
 
 
 def _archive(args: argparse.Namespace) -> int:
@@ -133,6 +153,10 @@ def add_commands(sub) -> None:
     st = ssub.add_parser("setup", help="create or update the streams and check the partition mapping")
     st.add_argument("--replicas", type=int, default=None, help="stream replicas (3 on a 3-node cluster)")
     st.set_defaults(func=_setup)
+    rs = ssub.add_parser(
+        "reset-monitors", help="delete the monitors' consumers and checkpoints (to change K)"
+    )
+    rs.set_defaults(func=_reset)
     mp = ssub.add_parser("mapping", help="print the server configuration that partitions by line")
     mp.set_defaults(func=_mapping)
     sv = ssub.add_parser("server", help="run a private nats-server with the mapping, in the foreground")
@@ -164,6 +188,13 @@ def add_commands(sub) -> None:
     mon.add_argument("--target", choices=TARGETS, default=None, help="where line_alerts is written")
     mon.add_argument("--idle-exit", type=_positive_float, default=None, help="stop after S idle seconds")
     mon.add_argument("--stats", default=None, help="write the worker's figures (JSON) here at exit")
+    mon.add_argument(
+        "--from",
+        dest="start",
+        choices=("all", "new"),
+        default="all",
+        help="where a partition without a checkpoint starts: the stream's first message, or its next one",
+    )
     mon.set_defaults(func=_monitor)
 
     arc = sub.add_parser("archive", help="land the telemetry stream for the nightly units job")

@@ -113,11 +113,17 @@ class Unit:
         self.sub = None
         self.last_message = time.monotonic()
 
-    async def open(self, js, kv) -> str:
+    async def open(self, js, kv, from_new: bool = False) -> str:
+        """Restore the checkpoint and align the consumer with it. Without a checkpoint the unit
+        starts at the stream's beginning, or with from_new after its last message (a checkpoint
+        saying so is written first, so a crash cannot send it back to the beginning)."""
         with contextlib.suppress(NotFoundError):
             entry = await kv.get(self.key)
             if entry.value:
                 self.processor.restore(entry.value)
+        if from_new and not self.processor.last_seq:
+            self.processor.last_seq = (await js.stream_info(self.stream)).state.last_seq
+            await kv.put(self.key, self.processor.snapshot())
         action = await align(js, self.stream, self.name, self.subject, self.processor.last_seq)
         self.sub = await js.pull_subscribe_bind(durable=self.name, stream=self.stream)
         return action
@@ -267,6 +273,7 @@ async def run_worker(
     idle_exit: float | None = None,
     log=None,
     stats: Stats | None = None,
+    from_new: bool = False,
 ) -> Stats:
     """One monitor worker until `stop` is set (or nothing arrived for `idle_exit` seconds);
     `stats` (filled as it goes) lets a caller watch it."""
@@ -283,7 +290,7 @@ async def run_worker(
                 f"no KV bucket {settings.state_bucket} at {settings.url}: run `dayclose stream setup` first"
             ) from None
         units = units_for(settings, worker, workers, reference)
-        actions = [await unit.open(js, kv) for unit, _ in units]
+        actions = [await unit.open(js, kv, from_new) for unit, _ in units]
         if log:
             parts = ", ".join(f"{a} {actions.count(a)}" for a in sorted(set(actions)))
             log(f"worker {worker}/{workers}: {len(units)} consumers ({parts})")
@@ -318,6 +325,7 @@ def monitor_main(
     idle_exit: float | None = None,
     stats_path: Path | None = None,
     log=print,
+    from_new: bool = False,
 ) -> int:
     """Run one worker in this process until SIGTERM/SIGINT; write its stats if asked."""
 
@@ -337,7 +345,7 @@ def monitor_main(
         watcher = asyncio.create_task(orphaned())
         try:
             return await run_worker(
-                settings, worker, workers, target_name, stop, idle_exit=idle_exit, log=log
+                settings, worker, workers, target_name, stop, idle_exit=idle_exit, log=log, from_new=from_new
             )
         finally:
             watcher.cancel()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -107,6 +108,14 @@ class PrivateServer:
             time.sleep(0.05)
         self.stop()
         raise Unavailable(f"{self.binary} did not listen on {self.url} within {timeout:.0f} s")
+
+    def reload(self, settings: StreamSettings) -> None:
+        """Rewrite the configuration for new settings (a new K) and have the server reload it."""
+        self.settings = settings
+        (self.store / "nats-server.conf").write_text(self.config_text())
+        assert self.process is not None
+        self.process.send_signal(signal.SIGHUP)
+        time.sleep(0.5)
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import nats
 from nats.js import api
-from nats.js.errors import BadRequestError, NotFoundError
+from nats.js.errors import BadRequestError, NoKeysError, NotFoundError
 
 from dayclose.errors import DaycloseError, Unavailable
 from dayclose.stream.config import (
@@ -228,5 +228,29 @@ async def has_mapping(settings: StreamSettings, line_ids: list[str]) -> bool:
         return True
     except DaycloseError:
         return False
+    finally:
+        await nc.close()
+
+
+async def reset_monitors(settings: StreamSettings) -> tuple[int, int]:
+    """Forget every monitor's position and state (to change K): delete the monitor consumers
+    and the checkpoints. The archiver's consumer and the streams are kept."""
+    nc = await connect(settings, "dayclose-reset")
+    try:
+        js = nc.jetstream()
+        consumers = 0
+        for stream in (settings.telemetry_stream, settings.dead_stream):
+            for info in await js.consumers_info(stream):
+                if info.name.startswith("monitor-"):
+                    await js.delete_consumer(stream, info.name)
+                    consumers += 1
+        kv = await js.key_value(settings.state_bucket)
+        try:
+            keys = await kv.keys()
+        except NoKeysError:
+            keys = []
+        for key in keys:
+            await kv.purge(key)
+        return consumers, len(keys)
     finally:
         await nc.close()
