@@ -107,7 +107,7 @@ def test_changing_k_drains_resets_and_goes_on_without_rescoring(tmp_path) -> Non
         assert consumers == 2 * 4 + 1 and 0 < states <= consumers
         opened = asyncio.run(run_worker(eight, idle_exit=0.5, sink=False, from_new=True))
         assert opened.readings == 0  # started after the stream's last message
-        asyncio.run(simulate(eight, build_scenario(2, 200, 4, seed=2, backlog_hours=0.03), tmp_path / "b"))
+        asyncio.run(simulate(eight, build_scenario(3, 200, 4, seed=2, backlog_hours=0.03), tmp_path / "b"))
         second = asyncio.run(run_worker(eight, idle_exit=1.5, sink=False))
         truth = read_truth(tmp_path / "b")
         assert second.readings == truth["run"]["readings"]  # the new readings, and only those
