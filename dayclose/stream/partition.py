@@ -222,7 +222,7 @@ class PartitionProcessor:
                     return 0
             idx = np.nonzero(mask)[0][fresh]
             x = batch.sensors[:, idx]
-        state.hwm = max(state.hwm, int(batch.seq[idx[-1]]) if len(idx) else state.hwm)
+        state.hwm = int(batch.seq[idx[-1]])  # fresh readings rise: the last is the highest
         changes = score(state, spec, self.th, x)
         self.counters["scored"] += len(idx)
         if changes:
