@@ -65,12 +65,17 @@ def _server(args: argparse.Namespace) -> int:
     from dayclose.stream.server import PrivateServer
 
     store = Path(args.store) if args.store else PROJECT_DIR / ".dayclose" / "nats"
+    stops = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stops)  # delivered to sigwait below, not as an exception
     server = PrivateServer(settings(), store=store, port=args.port)
-    server.start()
-    print(f"nats-server {server.version()} ({server.binary}) on {server.url}, store {store}; Ctrl-C stops it")
-    print(f"export NATS_URL={server.url}", flush=True)
     try:
-        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+        server.start()
+        print(
+            f"nats-server {server.version()} ({server.binary}) on {server.url}, store {store}; "
+            "Ctrl-C stops it"
+        )
+        print(f"export NATS_URL={server.url}", flush=True)
+        signal.sigwait(stops)
     finally:
         server.stop()
     return 0
