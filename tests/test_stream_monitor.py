@@ -16,7 +16,7 @@ import pytest
 
 from dayclose.settings import resolve_target
 from dayclose.stream.alerts import AlertTable
-from dayclose.stream.consumers import stored_ms
+from dayclose.stream.consumers import position, stored_ms
 from dayclose.stream.detectors import Reference
 from dayclose.stream.gateway import build_scenario, simulate
 from dayclose.stream.monitor import Stats, Unit, publish_outputs
@@ -221,7 +221,7 @@ def test_a_redelivered_message_changes_nothing(nats) -> None:
         await unit.open(js, kv)
         stats = Stats()
         first = await unit.sub.fetch(5, timeout=5)
-        outs = [unit._process(m) for m in first]
+        outs = [unit._process(m, *position(m)) for m in first]
         assert sum(o.scored for o in outs) == 500 and any(o.alerts for o in outs)
         await publish_outputs(js, nats, outs, stats)
         await kv.put(unit.key, unit.processor.snapshot())
@@ -230,7 +230,7 @@ def test_a_redelivered_message_changes_nothing(nats) -> None:
             await m.nak()
         again = await unit.sub.fetch(5, timeout=5)
         assert [m.metadata.num_delivered for m in again] == [2] * 5
-        outs = [unit._process(m) for m in again]
+        outs = [unit._process(m, *position(m)) for m in again]
         assert all(o.skipped and not o.alerts and not o.dead for o in outs)
         assert unit.processor.snapshot() == before
         for m in again:

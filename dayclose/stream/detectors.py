@@ -205,10 +205,21 @@ def ewma(x: np.ndarray, start: float, lam: float) -> np.ndarray:
     return out
 
 
-def cusum(d: np.ndarray, start: float) -> np.ndarray:
-    """S_t = max(0, S_{t-1} + d_t) from S_0 = start, vectorised (Lindley's recursion)."""
-    c = np.cumsum(d)
-    return c - np.minimum(np.minimum.accumulate(c), -start)
+def cusum(d: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """S_t = max(0, S_{t-1} + d_t) from S_0 = start, along the last axis (Lindley's recursion)."""
+    c = np.cumsum(d, axis=-1)
+    return c - np.minimum(np.minimum.accumulate(c, axis=-1), -np.asarray(start)[..., None])
+
+
+_ARANGES: dict[int, np.ndarray] = {}
+
+
+def _arange(n: int) -> np.ndarray:
+    r = _ARANGES.get(n)
+    if r is None:
+        r = _ARANGES[n] = np.arange(n)
+        r.flags.writeable = False
+    return r
 
 
 def score(state: LaneState, spec: Spec, th: Thresholds, x: np.ndarray) -> list[Change]:
@@ -221,7 +232,7 @@ def score(state: LaneState, spec: Spec, th: Thresholds, x: np.ndarray) -> list[C
         state.sku = spec.sku
         state.cusum[:] = 0.0
         state.ewma = spec.target
-    idx = np.arange(n)
+    idx = _arange(n)
     cond = np.empty((len(ROWS), n), dtype=bool)
     np.logical_or(x < spec.lo[:, None], x > spec.hi[:, None], out=cond[0:3])
     prev = np.empty_like(x)
@@ -239,18 +250,17 @@ def score(state: LaneState, spec: Spec, th: Thresholds, x: np.ndarray) -> list[C
         cond[6:9] = False
         state.run = np.ones(3, dtype=np.int64)
     z = np.clip((x[0] - spec.target) / spec.sigma, -th.drift_clip, th.drift_clip)
-    s_high = cusum(z - th.cusum_k, state.cusum[0])
-    s_low = cusum(-z - th.cusum_k, state.cusum[1])
-    np.greater(s_high, th.cusum_h, out=cond[CUSUM_HIGH])
-    np.greater(s_low, th.cusum_h, out=cond[CUSUM_LOW])
-    e = ewma(spec.target + z * spec.sigma, state.ewma, th.ewma_lambda)
-    limit = th.ewma_limit * spec.sigma
-    np.greater(np.abs(e - spec.target), limit, out=cond[EWMA_ROW])
+    d = np.empty((2, n))  # the two CUSUM sides at once: high on z - k, low on -z - k
+    np.subtract(z, th.cusum_k, out=d[0])
+    np.subtract(-th.cusum_k, z, out=d[1])
+    s = cusum(d, state.cusum)
+    np.greater(s, th.cusum_h, out=cond[CUSUM_HIGH : CUSUM_LOW + 1])
+    e = ewma(z, (state.ewma - spec.target) / spec.sigma, th.ewma_lambda)  # in sigma from target
+    np.greater(np.abs(e), th.ewma_limit, out=cond[EWMA_ROW])
 
     state.last = x[:, -1].copy()
-    state.cusum[0] = min(s_high[-1], th.cusum_cap)
-    state.cusum[1] = min(s_low[-1], th.cusum_cap)
-    state.ewma = float(e[-1])
+    state.cusum = np.minimum(s[:, -1], th.cusum_cap)
+    state.ewma = spec.target + float(e[-1]) * spec.sigma
     state.scored += n
 
     was_open = state.since < th.clear_after
@@ -267,7 +277,7 @@ def score(state: LaneState, spec: Spec, th: Thresholds, x: np.ndarray) -> list[C
     changes = []
     for opened, mask in ((True, is_open & ~before), (False, ~is_open & before)):
         for row, i in zip(*np.nonzero(mask), strict=True):
-            changes.append(_change(int(row), int(i), opened, x, prev, s_high, s_low, e, spec, th))
+            changes.append(_change(int(row), int(i), opened, x, prev, s, e, spec, th))
     changes.sort(key=lambda c: (c.index, not c.opened))
     return changes
 
@@ -278,8 +288,7 @@ def _change(
     opened: bool,
     x: np.ndarray,
     prev: np.ndarray,
-    s_high: np.ndarray,
-    s_low: np.ndarray,
+    s: np.ndarray,
     e: np.ndarray,
     spec: Spec,
     th: Thresholds,
@@ -303,10 +312,10 @@ def _change(
     if detector == "stuck":
         return Change(i, row, opened, value, float(th.stuck_after), None)
     if row == CUSUM_HIGH:
-        return Change(i, row, opened, float(s_high[i]), th.cusum_h, "high")
+        return Change(i, row, opened, float(s[0, i]), th.cusum_h, "high")
     if row == CUSUM_LOW:
-        return Change(i, row, opened, float(s_low[i]), th.cusum_h, "low")
-    ewma_value = float(e[i])
-    return Change(
-        i, row, opened, ewma_value, th.ewma_limit * spec.sigma, "high" if ewma_value > spec.target else "low"
-    )
+        return Change(i, row, opened, float(s[1, i]), th.cusum_h, "low")
+    ewma_value = spec.target + float(e[i]) * spec.sigma
+    high = ewma_value > spec.target
+    limit = spec.target + (1 if high else -1) * th.ewma_limit * spec.sigma
+    return Change(i, row, opened, ewma_value, limit, "high" if high else "low")

@@ -37,7 +37,7 @@ from dayclose.errors import DaycloseError
 from dayclose.settings import resolve_target
 from dayclose.stream.alerts import AlertTable
 from dayclose.stream.config import LANES, StreamSettings
-from dayclose.stream.consumers import align, stored_ms
+from dayclose.stream.consumers import align, position
 from dayclose.stream.detectors import Reference, Thresholds
 from dayclose.stream.dlrate import DeadLetterRate
 from dayclose.stream.partition import DeadLetter, Outputs, PartitionProcessor
@@ -141,7 +141,8 @@ class Unit:
                     msgs = []
             if msgs and not stats.busy_cpu:
                 stats.busy_cpu.append(time.process_time())
-            outs = [self._process(m) for m in msgs]
+            positions = [position(m) for m in msgs]
+            outs = [self._process(m, seq, stored) for m, (seq, stored) in zip(msgs, positions, strict=True)]
             tick = getattr(self.processor, "tick", None)
             if tick is not None:
                 outs.append(tick())
@@ -153,8 +154,8 @@ class Unit:
                 stats.readings += scored
                 now = time.time()
                 if live:
-                    stats.latency_ms.extend(now * 1000 - stored_ms(m) for m in msgs)
-                    stats.latency_at.extend(now for _ in msgs)
+                    stats.latency_ms.extend(now * 1000 - stored for _, stored in positions)
+                    stats.latency_at.extend([now] * len(msgs))
                 elif self.stream == self.settings.telemetry_stream:
                     stats.backfill_readings += scored
                     stats.backfill_span[:] = [stats.backfill_span[0] if stats.backfill_span else now, now]
@@ -171,10 +172,9 @@ class Unit:
             if not live:
                 await asyncio.sleep(0)  # let the live units in between backfill batches
 
-    def _process(self, msg) -> Outputs:
-        seq = msg.metadata.sequence.stream
+    def _process(self, msg, seq: int, stored: int) -> Outputs:
         try:
-            return self.processor.process(msg.subject, msg.data, seq, stored_ms(msg))
+            return self.processor.process(msg.subject, msg.data, seq, stored)
         except Exception as exc:  # a bug must not stop the partition: dead-letter and go on
             self.processor.last_seq = max(self.processor.last_seq, seq)
             parts = msg.subject.split(".")
