@@ -15,7 +15,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -49,16 +48,6 @@ def stream_server(store: Path, clock_offset_s: float = 0.0) -> Iterator[StreamSe
 def nats(tmp_path: Path) -> Iterator[StreamSettings]:
     with stream_server(tmp_path / "nats") as s:
         yield s
-
-
-def past_hour_start(seconds_before_hour: float) -> tuple[float, datetime]:
-    """A plants' clock offset that makes 'now' read `seconds_before_hour` before 02:00 UTC of
-    yesterday, and that day at 00:00 (a simulation then crosses no real hour, a 4-hour backlog
-    crosses midnight, and its arrival hour ends seconds after the run)."""
-    now = time.time()
-    day = (int(now) // 86400 - 1) * 86400
-    start = day + 2 * 3600 - seconds_before_hour
-    return start - now, datetime.utcfromtimestamp(day)
 
 
 def env_for(s: StreamSettings, tmp_path: Path) -> dict[str, str]:

@@ -24,12 +24,12 @@ from dayclose.settings import Target
 from dayclose.stream.archive import Archiver
 from dayclose.stream.config import settings
 from dayclose.stream.gateway import build_scenario, simulate
+from dayclose.stream.session import past_night
 from dayclose.stream.wire import encode_binary
 from tests.helpers import good_units
 from tests.stream_fixtures import (
     as_of_after,
     env_for,
-    past_hour_start,
     read_truth,
     start_dayclose,
     stream_server,
@@ -57,6 +57,7 @@ class FakeMsg:
     data: bytes
     subject: str
     metadata: _Meta
+    reply: str = ""
 
 
 def message(stored_ms: int, first_seq: int, n: int = 3) -> FakeMsg:
@@ -135,7 +136,7 @@ def killed_archive(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     """Plants publish for 16 s (a backlog included) while the archiver is killed with SIGKILL
     at random points and restarted; then it runs until every hour is sealed."""
     tmp = tmp_path_factory.mktemp("archive")
-    offset, day = past_hour_start(seconds_before_hour=26)
+    offset, day = past_night(seconds_before_2am=26)
     with stream_server(tmp / "nats", clock_offset_s=offset) as s:
         env = env_for(s, tmp)
         landing, log = tmp / "landing", tmp / "archive.log"

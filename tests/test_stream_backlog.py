@@ -12,9 +12,9 @@ from dayclose.jobs import run_nightly
 from dayclose.settings import Target
 from dayclose.stream.alerts import AlertTable
 from dayclose.stream.gateway import build_scenario
-from dayclose.stream.session import run_session
+from dayclose.stream.session import past_night, run_session
 from tests.helpers import good_units
-from tests.stream_fixtures import as_of_after, duckdb_target, past_hour_start, read_truth, stream_server
+from tests.stream_fixtures import as_of_after, duckdb_target, read_truth, stream_server
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +22,7 @@ def replay(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     """3 plants for 14 s on a plants' clock reading yesterday 01:59:40; the last plant has been
     offline since 21:59:40 the day before and reconnects 4 s in, replaying 4 hours."""
     tmp = tmp_path_factory.mktemp("replay")
-    offset, day = past_hour_start(seconds_before_hour=20)
+    offset, day = past_night(seconds_before_2am=20)
     with pytest.MonkeyPatch.context() as mp, stream_server(tmp / "nats", clock_offset_s=offset) as s:
         mp.setenv("DAYCLOSE_DUCKDB", str(tmp / "warehouse.duckdb"))
         scenario = build_scenario(

@@ -153,3 +153,15 @@ def test_a_json_sensor_value_that_is_not_a_number_is_a_problem_of_its_line(value
     batch = decode(b"\n".join(rows))
     assert list(batch.problems) == [2] and batch.problems[2].startswith("fill_level_ml: not a number")
     assert batch.sensors[0, :2].tolist() == [330.4, 331.0]
+
+
+def test_an_odd_reading_is_written_as_valid_json_with_its_values_as_they_came() -> None:
+    raw = b'{"line_id": "NaN-Infinity", "plc_seq": 5, "fill_level_ml": NaN, "extra": [Infinity]}'
+    doc = json.loads(as_it_came(raw, "unknown line", "2026-11-23T21:14:05.120Z"))
+    assert doc == {
+        "line_id": "NaN-Infinity",
+        "plc_seq": 5,
+        "fill_level_ml": "NaN",
+        "extra": ["Infinity"],
+        "received_at": "2026-11-23T21:14:05.120Z",
+    }

@@ -53,7 +53,7 @@ from dayclose.loader.contract import BATCH_DIR, MARKER
 from dayclose.stream.config import StreamSettings
 from dayclose.stream.consumers import align, stored_ms
 from dayclose.stream.streams import connect
-from dayclose.stream.wire import Readings, WireError, decode, rfc3339_ms
+from dayclose.stream.wire import Readings, WireError, decode, json_safe, rfc3339_ms
 
 HOUR_MS = HOUR * 1000
 GRACE_MS = 2_000
@@ -63,7 +63,7 @@ CONSUMER = "archive"
 
 def _number(value: float, float32: bool) -> str:
     if not math.isfinite(value):
-        return '"' + ("NaN" if value != value else "Infinity" if value > 0 else "-Infinity") + '"'
+        return f'"{json_safe(value)}"'
     return f"{value:.7g}" if float32 else repr(value)
 
 
@@ -92,8 +92,7 @@ def as_it_came(raw: bytes, reason: str, received: str, subject: str | None = Non
         doc = None
     if isinstance(doc, dict):
         doc["received_at"] = received
-        text = json.dumps(doc, default=str).replace("NaN", '"NaN"').replace("Infinity", '"Infinity"')
-        return text + "\n"
+        return json.dumps(json_safe(doc), allow_nan=False) + "\n"
     wrapped = {
         "undecodable_payload": base64.b64encode(raw).decode(),
         "reason": reason,

@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import os
 import shutil
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -30,7 +29,7 @@ from dayclose.stream.config import StreamSettings, settings
 from dayclose.stream.detectors import Reference
 from dayclose.stream.gateway import build_scenario
 from dayclose.stream.server import PrivateServer
-from dayclose.stream.session import Session, run_session
+from dayclose.stream.session import Session, past_night, run_session
 from dayclose.stream.streams import connect, has_mapping, setup
 from dayclose.warehouse import Warehouse
 
@@ -67,13 +66,6 @@ async def _fresh_streams(s: StreamSettings) -> None:
         await nc.close()
 
 
-def _clock() -> tuple[float, datetime]:
-    """The plants' clock offset that makes now read yesterday 01:59:38 UTC, and that day."""
-    now = time.time()
-    day = (int(now) // 86400 - 1) * 86400
-    return day + 2 * 3600 - 22 - now, datetime.fromtimestamp(day, UTC).replace(tzinfo=None)
-
-
 def _at(text: object, start_ms: int) -> float:
     value = text if isinstance(text, datetime) else datetime.fromisoformat(str(text).rstrip("Z"))
     return value.replace(tzinfo=UTC).timestamp() - start_ms / 1000
@@ -84,7 +76,7 @@ def operators_story(workdir: Path, target_name: str | None) -> int:
     shutil.rmtree(folder / "landing", ignore_errors=True)
     folder.mkdir(parents=True, exist_ok=True)
     _fresh_warehouse(folder, target_name)
-    offset, day = _clock()
+    offset, day = past_night(seconds_before_2am=22)  # yesterday 01:59:38 UTC
     base = settings(prefix=PREFIX, clock_offset_s=offset)
     lines = sorted(Reference.from_seeds().plant_of_line)
     server = None

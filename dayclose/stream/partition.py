@@ -23,7 +23,6 @@ alerts with the same ids.
 from __future__ import annotations
 
 import json
-import math
 import time
 import zlib
 from dataclasses import dataclass, field
@@ -33,7 +32,7 @@ import numpy as np
 from dayclose.generate.writer import iso_ms
 from dayclose.stream.config import StreamSettings
 from dayclose.stream.detectors import NEVER, Change, LaneState, Reference, Thresholds, score
-from dayclose.stream.wire import SENSORS, Readings, WireError, decode, rfc3339_ms
+from dayclose.stream.wire import SENSORS, Readings, WireError, decode, json_safe, rfc3339_ms
 
 SNAPSHOT_VERSION = 1
 
@@ -55,10 +54,6 @@ class Outputs:
     dead: list[DeadLetter] = field(default_factory=list)
     scored: int = 0
     skipped: bool = False
-
-
-def _finite_json(value: float) -> object:
-    return value if math.isfinite(value) else str(value).replace("nan", "NaN").replace("inf", "Infinity")
 
 
 class PartitionProcessor:
@@ -184,7 +179,7 @@ class PartitionProcessor:
             else:
                 if not finite[i]:
                     k = int(np.nonzero(~np.isfinite(batch.sensors[:, i]))[0][0])
-                    reason = f"{SENSORS[k]}: {_finite_json(float(batch.sensors[k, i]))}"
+                    reason = f"{SENSORS[k]}: {json_safe(float(batch.sensors[k, i]))}"
                 elif not verdict_ok[i]:
                     reason = f"verdict code {int(batch.verdict[i])} (expected 1 good or 0 reject)"
                 else:
@@ -197,7 +192,7 @@ class PartitionProcessor:
                         "sku": batch.sku,
                         "event_at": stamps[i],
                         "verdict": int(batch.verdict[i]),
-                        **{s: _finite_json(float(batch.sensors[k, i])) for k, s in enumerate(SENSORS)},
+                        **{s: json_safe(float(batch.sensors[k, i])) for k, s in enumerate(SENSORS)},
                     }
                 ).encode()
             dead(reason, body, str(i))

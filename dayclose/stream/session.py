@@ -11,12 +11,23 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from dayclose.stream.archive import Archiver, ArchiveStats
 from dayclose.stream.config import StreamSettings
 from dayclose.stream.gateway import Plants, Scenario
 from dayclose.stream.monitor import Stats, run_worker
+
+
+def past_night(seconds_before_2am: float) -> tuple[float, datetime]:
+    """A plants' clock offset that makes now read `seconds_before_2am` before 02:00 UTC
+    yesterday, and that day (00:00). A run then stays in one arrival hour that ends seconds
+    after it, and a 4-hour backlog crosses midnight: the nightly job can be run on its landing
+    at once (tests, demo) without waiting for a real hour to end."""
+    now = time.time()
+    day = (int(now) // 86400 - 1) * 86400
+    return day + 2 * 3600 - seconds_before_2am - now, datetime.fromtimestamp(day, UTC).replace(tzinfo=None)
 
 
 @dataclass

@@ -26,6 +26,7 @@ is kept as a problem of that one reading, with its text, so nothing is dropped s
 from __future__ import annotations
 
 import json
+import math
 import struct
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -75,6 +76,18 @@ class Readings:
 
     def __len__(self) -> int:
         return len(self.seq)
+
+
+def json_safe(value: object) -> object:
+    """A value JSON can carry: a non-finite number as the string "NaN", "Infinity" or "-Infinity"
+    (what the landing and the dead letters write for a broken sensor), containers walked."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if value != value else "Infinity" if value > 0 else "-Infinity"
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_safe(v) for v in value]
+    return value
 
 
 # -- encoding ------------------------------------------------------------------------------
