@@ -47,6 +47,7 @@ CHECKPOINT_EVERY_S = 1.0  # checkpoint (then ack) at most this often under load,
 FETCH_LIVE = 256
 FETCH_BACKFILL = 32
 FETCH_WAIT_S = 0.5
+PUBLISH_ACK_WAIT_S = 30.0
 
 
 @dataclass
@@ -202,8 +203,8 @@ async def publish_outputs(js, settings: StreamSettings, outs: list[Outputs], sta
             subject = settings.dead_subject(dead.plant_id, dead.line_id)
             pending.append(await js.publish_async(subject, dead.payload, headers=headers))
             stats.dead_letters += 1
-    if pending:
-        await asyncio.gather(*pending)
+    if pending:  # no acknowledgement within the limit: the worker stops, and resumes from its checkpoint
+        await asyncio.wait_for(asyncio.gather(*pending), PUBLISH_ACK_WAIT_S)
 
 
 async def sink_alerts(js, settings: StreamSettings, target_name: str | None, stop: asyncio.Event) -> None:
