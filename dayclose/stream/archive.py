@@ -302,10 +302,14 @@ class Archiver:
                 except TimeoutError:
                     msgs = []
                 if msgs:
+                    skipped = self.stats.skipped_sealed
                     await asyncio.to_thread(self.write, msgs)
                     for m in msgs:
                         await m.ack()
                     idle_since = time.monotonic()
+                    if self.stats.skipped_sealed > skipped and log:  # only after a server clock step
+                        extra = self.stats.skipped_sealed - skipped
+                        log(f"archive: {extra} lines of already sealed hours skipped")
                 info = await js.consumer_info(stream, CONSUMER)
                 if not info.num_ack_pending:
                     sealed = self.seal(nothing_pending=not info.num_pending)
