@@ -16,6 +16,7 @@ from dayclose.dates import parse_as_of, parse_date
 from dayclose.errors import EXIT_FAILED, EXIT_NOT_FOUND, DaycloseError
 from dayclose.settings import TARGETS, resolve_target
 from dayclose.sources import SOURCES
+from dayclose.stream.cli import add_commands
 
 
 def existing_folder(text: str, what: str = "--landing") -> Path:
@@ -162,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--landing", default=None, help="where to write the demo's batches")
     demo.add_argument("--target", choices=TARGETS, default=None)
     demo.set_defaults(func=_demo)
+    add_commands(sub)
     return parser
 
 

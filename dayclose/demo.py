@@ -21,6 +21,7 @@ from pathlib import Path
 from dayclose.generate import Outage, generate_sales, generate_units, read_sales_truth, read_units_truth
 from dayclose.jobs import RunSummary, run_nightly
 from dayclose.settings import PROJECT_DIR, resolve_target
+from dayclose.stream.demo import operators_story
 from dayclose.warehouse import Warehouse
 
 MONDAY = date(2026, 11, 23)
@@ -112,7 +113,9 @@ def run_demo(landing: Path | None = None, target_name: str | None = None) -> int
             f"  {day.day} ({day.day:%a}): {Decimal(day.total):>12,.2f}  {state:<17} expected complete {share}"
         )
     _print_lateness(last, "sales")
-    return units_story(landing, target_name)
+    return units_story(landing, target_name) or operators_story(
+        PROJECT_DIR / ".dayclose" / "demo", target_name
+    )
 
 
 def _print_lateness(summary: RunSummary, what: str) -> None:

@@ -86,3 +86,7 @@ def landing(tmp_path: Path) -> Path:
     path = tmp_path / "landing"
     path.mkdir()
     return path
+
+
+# The streaming path (dayclose/stream): a private nats-server per test (tests/stream_fixtures.py).
+from tests.stream_fixtures import nats  # noqa: E402, F401

@@ -13,7 +13,9 @@ from tests.helpers import sale, steady_production, ts, write_batch
 
 
 def test_dbt_unit_tests_pass(engine: Target, landing: Path) -> None:
-    write_batch(landing, "2026-11-23T10", [sale("a", "S-001", "2026-11-23T10:00:00Z", "2026-11-23T10:01:00Z")])
+    write_batch(
+        landing, "2026-11-23T10", [sale("a", "S-001", "2026-11-23T10:00:00Z", "2026-11-23T10:01:00Z")]
+    )
     steady_production(landing, ["L-001-1"], "2026-11-22", 2)
     for job in ("sales", "units"):
         assert run_nightly(job, engine, landing, ts("2026-11-24T00:30"), quiet=True).ok

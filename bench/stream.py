@@ -1,0 +1,457 @@
+"""Benchmark of the operators' streaming path (not a test); figures go to docs/streaming.md.
+
+    .venv/bin/python -m bench.stream            # the figures in docs/streaming.md (about 5 minutes)
+    .venv/bin/python -m bench.stream --quick    # a smoke run with smaller volumes
+
+Each part runs against a private nats-server (K = 8 partitions, file storage):
+
+1. scoring alone, in this process: decode + validation + lanes + detectors of PartitionProcessor
+   over pre-encoded messages of 100 readings from 600 lines, binary and JSON lines: readings
+   per CPU-second;
+2. one monitor worker (`dayclose monitor`, a process of its own) draining a stream filled
+   beforehand: readings per CPU-second of that process, NATS client, acks and checkpoints
+   included, binary and JSON lines;
+3. latency at 50,000 readings/s offered (100 lines, 500 readings/s each, a message per line
+   every 200 ms, a spike on 1% of messages so alerts open and close): p99 from the message's
+   arrival in the stream to its alert and to its scoring, and from the reading's own timestamp;
+4. one plant's 4-hour backlog at 5x volume (2 lines x 386 readings/s x 4 h = 11.1 M readings)
+   replayed on the backfill subject while 10,000 readings/s stay live: time until all of it is
+   scored, and the live p99 meanwhile;
+5. the archiver draining the stream of part 2 into a landing: readings/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from importlib.metadata import version
+from pathlib import Path
+
+import numpy as np
+from nats.js.errors import NoKeysError
+
+from dayclose.stream.archive import Archiver
+from dayclose.stream.config import StreamSettings, settings
+from dayclose.stream.detectors import Reference
+from dayclose.stream.partition import PartitionProcessor, progress
+from dayclose.stream.server import PrivateServer
+from dayclose.stream.streams import connect, setup
+from dayclose.stream.wire import encode
+
+RESULTS = Path(__file__).resolve().parent / "results"
+PROJECT = Path(__file__).resolve().parent.parent
+REF = Reference.from_seeds()
+LINES = sorted(REF.plant_of_line)
+BATCH = 100
+
+
+def log(message: str) -> None:
+    print(f"  {time.strftime('%H:%M:%S')} {message}", file=sys.stderr, flush=True)
+
+
+def machine() -> dict:
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    mem = next(
+        (
+            int(line.split()[1]) // 1024
+            for line in Path("/proc/meminfo").read_text().splitlines()
+            if line.startswith("MemTotal")
+        ),
+        0,
+    )
+    server = subprocess.run(
+        [str(PrivateServer(settings()).binary), "--version"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_mib": mem,
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "nats_server": server,
+        "nats_py": version("nats-py"),
+        "numpy": version("numpy"),
+        "load_average_at_start": os.getloadavg(),
+    }
+
+
+def sku_of(line_id: str) -> str:
+    return "PILS-330-BTL" if line_id.endswith("-1") else "PILS-500-CAN"
+
+
+def make_messages(
+    lines: list[str],
+    per_line: int,
+    fmt: str,
+    seed: int = 0,
+    t0_ms: int | None = None,
+    spike_share: float = 0.0,
+) -> list[tuple[str, str, bytes]]:
+    """(line, plant, payload) of `per_line` messages of 100 readings per line, interleaved by time."""
+    rng = np.random.default_rng(seed)
+    t0 = t0_ms if t0_ms is not None else int(time.time() * 1000) - 3_600_000
+    out = []
+    for k in range(per_line):
+        for line in lines:
+            spec = REF.specs[sku_of(line)]
+            seq = np.arange(k * BATCH, (k + 1) * BATCH) + 1_000_000
+            event = t0 + k * 200 + np.arange(BATCH) * 2
+            sensors = ((spec.lo + spec.hi) / 2)[:, None] + rng.normal(0, 1, (3, BATCH)) * (
+                (spec.hi - spec.lo) / 12
+            )[:, None]
+            if spike_share and rng.random() < spike_share:
+                sensors[0, int(rng.integers(BATCH))] = 9999.9
+            verdict = np.ones(BATCH, dtype=np.uint8)
+            payload = encode(fmt, line, sku_of(line), seq, event, verdict, sensors, sent_ms=int(event[-1]))
+            out.append((line, REF.plant_of_line[line], payload))
+    return out
+
+
+# -- 1. scoring alone --------------------------------------------------------------------
+def scoring_alone(fmt: str, readings: int) -> dict:
+    per_line = max(1, readings // (BATCH * len(LINES)))
+    msgs = make_messages(LINES, per_line, fmt)
+    s = settings(url="nats://unused:4222")
+    proc = PartitionProcessor(s, REF)
+    stored = int(time.time() * 1000)
+    cpu = time.process_time()
+    for seq, (line, plant, payload) in enumerate(msgs, start=1):
+        proc.process(f"dayclose.tele.live.0.{plant}.{line}", payload, seq, stored)
+    spent = time.process_time() - cpu
+    n = len(msgs) * BATCH
+    assert proc.counters["scored"] == n
+    return {"format": fmt, "readings": n, "cpu_s": round(spent, 3), "readings_per_cpu_s": round(n / spent)}
+
+
+# -- helpers for the NATS parts ------------------------------------------------------------
+class Stream:
+    """A private nats-server with the streams set up, for one part of the benchmark."""
+
+    def __init__(self, workdir: Path, name: str):
+        self.dir = workdir / name
+        self.server = PrivateServer(settings(), store=self.dir / "nats")
+
+    def __enter__(self) -> StreamSettings:
+        self.server.start()
+        self.settings = settings(url=self.server.url)
+        asyncio.run(setup(self.settings, LINES))
+        return self.settings
+
+    def __exit__(self, *exc) -> None:
+        self.server.stop()
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            NATS_URL=self.settings.url,
+            DAYCLOSE_STREAM_PREFIX=self.settings.prefix,
+            DAYCLOSE_STREAM_PARTITIONS=str(self.settings.partitions),
+            DAYCLOSE_DUCKDB=str(self.dir / "warehouse.duckdb"),
+            DAYCLOSE_TARGET="duckdb",
+        )
+        return env
+
+    def monitor(self, stats: Path, idle_exit: float | None = None) -> subprocess.Popen:
+        args = [sys.executable, "-m", "dayclose.cli", "monitor", "--stats", str(stats)]
+        if idle_exit:
+            args += ["--idle-exit", str(idle_exit)]
+        return subprocess.Popen(args, env=self.env(), cwd=PROJECT, stderr=subprocess.DEVNULL)
+
+
+async def publish_all(s: StreamSettings, msgs: list[tuple[str, str, bytes]], lane: str = "live") -> float:
+    """Publish as fast as the server takes it; returns the seconds it took."""
+    nc = await connect(s, "bench-publisher")
+    js = nc.jetstream()
+    started = time.monotonic()
+    pending = []
+    for line, plant, payload in msgs:
+        pending.append(await js.publish_async(s.ingress_subject(lane, plant, line), payload))
+        if len(pending) >= 4000:
+            await asyncio.gather(*pending)
+            pending = []
+    await asyncio.gather(*pending)
+    took = time.monotonic() - started
+    await nc.close()
+    return took
+
+
+def drain_with_monitor(workdir: Path, fmt: str, readings: int) -> dict:
+    stream = Stream(workdir, f"drain-{fmt}")
+    with stream as s:
+        msgs = make_messages(LINES, max(1, readings // (BATCH * len(LINES))), fmt)
+        took = asyncio.run(publish_all(s, msgs))
+        log(f"{fmt}: {len(msgs) * BATCH:,} readings stored in {took:.1f} s; one monitor worker drains them")
+        stats_path = stream.dir / "monitor.json"
+        proc = stream.monitor(stats_path, idle_exit=2)
+        proc.wait()
+        stats = json.loads(stats_path.read_text())
+    n = len(msgs) * BATCH
+    assert stats["readings"] == n, stats
+    return {
+        "format": fmt,
+        "readings": n,
+        "busy_cpu_s": stats["busy_cpu_s"],
+        "readings_per_cpu_s": round(n / stats["busy_cpu_s"]),
+        "process_cpu_s": stats["cpu_s"],
+        "readings_per_process_cpu_s": round(n / stats["cpu_s"]),
+        "wall_s_incl_idle_exit": stats["wall_s"],
+    }
+
+
+def latency(workdir: Path, seconds: float, rate: int = 50_000) -> dict:
+    lines = LINES[: rate // 500]
+    stream = Stream(workdir, "latency")
+    with stream as s:
+        stats_path = stream.dir / "monitor.json"
+        monitor = stream.monitor(stats_path)
+        time.sleep(2.0)
+        rounds = int(seconds * 5)
+
+        async def offer() -> int:
+            nc = await connect(s, "bench-gateways")
+            js = nc.jetstream()
+            sent = 0
+            start = time.time()
+            rng = np.random.default_rng(1)
+            pending = []
+            for k in range(rounds):
+                due = start + (k + 1) * 0.2
+                await asyncio.sleep(max(0.0, due - time.time()))
+                now_ms = int(time.time() * 1000)
+                for line in lines:  # the last 200 ms of the line's readings, sent now
+                    spec = REF.specs[sku_of(line)]
+                    seq = np.arange(k * BATCH, (k + 1) * BATCH) + 1_000_000
+                    event = now_ms - 200 + np.arange(BATCH) * 2
+                    sensors = ((spec.lo + spec.hi) / 2)[:, None] + rng.normal(0, 1, (3, BATCH)) * (
+                        (spec.hi - spec.lo) / 12
+                    )[:, None]
+                    if rng.random() < 0.01:
+                        sensors[0, int(rng.integers(BATCH))] = 9999.9
+                    payload = encode(
+                        "binary", line, sku_of(line), seq, event, np.ones(BATCH, np.uint8), sensors, now_ms
+                    )
+                    pending.append(
+                        await js.publish_async(
+                            s.ingress_subject("live", REF.plant_of_line[line], line), payload
+                        )
+                    )
+                    sent += BATCH
+                if len(pending) > 2000:
+                    await asyncio.gather(*pending)
+                    pending = []
+            await asyncio.gather(*pending)
+            offered = sent / (time.time() - start)
+            await nc.close()
+            return offered
+
+        offered = asyncio.run(offer())
+        time.sleep(3.0)
+        monitor.terminate()
+        monitor.wait()
+        stats = json.loads(stats_path.read_text())
+        alerts = asyncio.run(_alerts(s))
+    opened = [a for a in alerts if a["event"] == "open" and a["lane"] == "live"]
+    lat = sorted(a["latency_ms"] for a in opened)
+    from_reading = sorted(a["reading_to_alert_ms"] for a in opened)
+
+    def p99(xs: list[float]) -> float | None:
+        return round(xs[min(len(xs) - 1, int(0.99 * len(xs)))], 1) if xs else None
+
+    return {
+        "offered_readings_per_s": round(offered),
+        "lines": len(lines),
+        "seconds": seconds,
+        "alerts_opened": len(opened),
+        "p99_publish_to_alert_ms": p99(lat),
+        "p50_publish_to_alert_ms": round(lat[len(lat) // 2], 1) if lat else None,
+        "p99_reading_to_alert_ms": p99(from_reading),
+        "p99_publish_to_scored_ms": stats["latency_ms"]["p99"],
+        "monitor_cpu_s": stats["cpu_s"],
+    }
+
+
+async def _alerts(s: StreamSettings) -> list[dict]:
+    nc = await connect(s, "bench-alerts")
+    js = nc.jetstream()
+    info = await js.stream_info(s.alerts_stream)
+    out = []
+    if info.state.messages:
+        sub = await js.subscribe(f"{s.prefix}.alerts.>", ordered_consumer=True)
+        while len(out) < info.state.messages:
+            out.append(json.loads((await sub.next_msg(timeout=10)).data))
+    await nc.close()
+    return out
+
+
+def backlog(workdir: Path, hours: float, live_rate: int = 10_000) -> dict:
+    per_line_rate = 231_481 / 600  # 5x of 4 billion a day, over 600 lines
+    per_line = int(per_line_rate * hours * 3600)
+    plant = "P-150"
+    plant_lines = [ln for ln in LINES if REF.plant_of_line[ln] == plant]
+    log(f"backlog: encoding {per_line * len(plant_lines):,} readings of {plant} ({hours:g} h at 5x)")
+    msgs = make_messages(
+        plant_lines, per_line // BATCH, "binary", seed=2, t0_ms=int(time.time() * 1000) - int(hours * 3.6e6)
+    )
+    live_lines = [ln for ln in LINES if REF.plant_of_line[ln] != plant][: live_rate // 100]
+    stream = Stream(workdir, "backlog")
+    with stream as s:
+        stats_path = stream.dir / "monitor.json"
+        monitor = stream.monitor(stats_path)
+        time.sleep(2.0)
+
+        async def run() -> tuple[float, float]:
+            nc = await connect(s, "bench-live")
+            js = nc.jetstream()
+            stop = asyncio.Event()
+
+            async def live() -> None:
+                rng = np.random.default_rng(3)
+                k = 0
+                start = time.time()
+                while not stop.is_set():
+                    k += 1
+                    await asyncio.sleep(max(0.0, start + k * 0.2 - time.time()))
+                    now_ms = int(time.time() * 1000)
+                    for line in live_lines:  # 20 readings per line per 200 ms: 100/s each
+                        spec = REF.specs[sku_of(line)]
+                        seq = np.arange(k * 20, k * 20 + 20) + 1_000_000
+                        sensors = ((spec.lo + spec.hi) / 2)[:, None] + rng.normal(0, 0.1, (3, 20))
+                        payload = encode(
+                            "binary",
+                            line,
+                            sku_of(line),
+                            seq,
+                            now_ms - 200 + seq % 20 * 10,
+                            np.ones(20, np.uint8),
+                            sensors,
+                            now_ms,
+                        )
+                        await js.publish_async(
+                            s.ingress_subject("live", REF.plant_of_line[line], line), payload
+                        )
+
+            task = asyncio.create_task(live())
+            await asyncio.sleep(3.0)
+            started = time.time()
+            took = await publish_all(s, msgs, lane="backfill")
+            await asyncio.sleep(1.0)
+            total = len(msgs) * BATCH
+            while await backfill_scored(s, plant_lines) < total and time.time() - started < 600:
+                await asyncio.sleep(0.5)  # until the monitor's checkpoints hold the whole backlog
+            stop.set()
+            await task
+            await nc.close()
+            return started, took
+
+        started, took = asyncio.run(run())
+        monitor.terminate()
+        monitor.wait()
+        stats = json.loads(stats_path.read_text())
+    total = len(msgs) * BATCH
+    assert stats["backfill"]["readings"] == total, stats["backfill"]
+    return {
+        "backlog_readings": total,
+        "hours": hours,
+        "replay_published_in_s": round(took, 1),
+        "drained_s_from_replay_start": round(stats["backfill"]["last_at"] - started, 1),
+        "live_rate": live_rate,
+        "live_p99_ms_during_drain": stats["backfill"]["live_p99_ms_meanwhile"],
+        "monitor_cpu_s": stats["cpu_s"],
+    }
+
+
+async def backfill_scored(s: StreamSettings, lines: list[str]) -> int:
+    """Backfill readings of these lines scored so far, from the monitor's checkpoints."""
+    nc = await connect(s, "bench-progress")
+    try:
+        kv = await nc.jetstream().key_value(s.state_bucket)
+        blobs = []
+        for key in await kv.keys():
+            if key.startswith("monitor-backfill"):
+                blobs.append((await kv.get(key)).value)
+    except NoKeysError:  # no checkpoint yet
+        return 0
+    finally:
+        await nc.close()
+    done = progress(blobs)
+    return sum(done.get(f"{line}|backfill", {}).get("scored", 0) for line in lines)
+
+
+def archiver(workdir: Path, readings: int) -> dict:
+    with Stream(workdir, "archive") as s:
+        msgs = make_messages(LINES, max(1, readings // (BATCH * len(LINES))), "binary")
+        asyncio.run(publish_all(s, msgs))
+        n = len(msgs) * BATCH
+        arch = Archiver(s, workdir / "archive" / "landing")
+
+        async def run() -> float:
+            stop = asyncio.Event()
+
+            async def watch() -> None:
+                while arch.stats.lines < n:
+                    await asyncio.sleep(0.05)
+                stop.set()
+
+            started = time.monotonic()
+            await asyncio.gather(arch.run(stop), watch())
+            return time.monotonic() - started
+
+        cpu = time.process_time()
+        wall = asyncio.run(run())
+        cpu = time.process_time() - cpu
+    return {
+        "readings": n,
+        "wall_s": round(wall, 2),
+        "readings_per_s": round(n / wall),
+        "cpu_s": round(cpu, 2),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller volumes: a smoke run")
+    args = parser.parse_args(argv)
+    q = args.quick
+    RESULTS.mkdir(exist_ok=True)
+    out: dict = {"machine": machine(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    with tempfile.TemporaryDirectory(prefix="dayclose-bench-stream-") as tmp:
+        work = Path(tmp)
+        log("1. scoring alone (decode included)")
+        out["scoring_alone"] = [
+            scoring_alone("binary", 600_000 if q else 6_000_000),
+            scoring_alone("jsonl", 300_000 if q else 1_200_000),
+        ]
+        log("2. one monitor worker draining a stream")
+        out["monitor_worker"] = [
+            drain_with_monitor(work, "binary", 600_000 if q else 6_000_000),
+            drain_with_monitor(work, "jsonl", 300_000 if q else 1_200_000),
+        ]
+        log("3. latency at 50,000 readings/s offered")
+        out["latency"] = latency(work, 10 if q else 30)
+        log("4. a 4-hour backlog at 5x while live traffic flows")
+        out["backlog"] = backlog(work, 0.25 if q else 4.0)
+        log("5. archiver")
+        out["archiver"] = archiver(work, 300_000 if q else 3_000_000)
+    path = RESULTS / f"stream-{time.strftime('%Y%m%dT%H%M%S')}.json"
+    path.write_text(json.dumps(out, indent=1) + "\n")
+    print(json.dumps(out, indent=1))
+    print(f"results: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
