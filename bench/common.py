@@ -68,7 +68,7 @@ def dbt_log_status(state_dir: Path) -> Callable[[], str]:
             fh.seek(max(0, path.stat().st_size - 20000))
             tail = fh.read().decode("utf-8", "replace").splitlines()
         for line in reversed(tail):
-            for marker in ("START sql", "START test", "OK created", "PASS ", "OK ", "Began running node"):
+            for marker in ("Began running node", "START sql", "START test"):
                 if marker in line:
                     return "dbt: " + " ".join(line.split()[2:])[:120]
         return "dbt: starting"
