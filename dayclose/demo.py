@@ -13,7 +13,6 @@ garbage readings; it prints the published Monday count beside the truth per run.
 from __future__ import annotations
 
 import calendar
-import os
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -22,7 +21,7 @@ from dayclose.generate import Outage, generate_sales, generate_units, read_sales
 from dayclose.jobs import RunSummary, run_nightly
 from dayclose.settings import PROJECT_DIR, resolve_target
 from dayclose.stream.demo import operators_story
-from dayclose.warehouse import Warehouse
+from dayclose.warehouse import Warehouse, fresh_warehouse
 
 MONDAY = date(2026, 11, 23)
 HISTORY_DAYS = 35
@@ -51,24 +50,9 @@ def original_job_total(target_name: str | None, as_of: datetime) -> Decimal:
     return Decimal(value or 0)
 
 
-def _fresh_demo_warehouse(target_name: str | None) -> None:
-    """The demo replays past nights, so it runs in a warehouse of its own, new each time:
-    a DuckDB file under .dayclose/demo/, or the Postgres schema dayclose_demo (and its siblings).
-    Your own warehouse (DAYCLOSE_DUCKDB, DAYCLOSE_SCHEMA) is never touched."""
-    if (target_name or os.environ.get("DAYCLOSE_TARGET", "duckdb")) == "duckdb":
-        path = PROJECT_DIR / ".dayclose" / "demo" / "dayclose-demo.duckdb"
-        for stale in (path, path.with_name(path.name + ".wal")):
-            stale.unlink(missing_ok=True)
-        os.environ["DAYCLOSE_DUCKDB"] = str(path)
-        return
-    os.environ["DAYCLOSE_SCHEMA"] = "dayclose_demo"
-    with Warehouse(resolve_target(target_name)) as wh:
-        for suffix in ("", "_landing", "_reference", "_published", "_dbt_test__audit"):
-            wh.execute(f"drop schema if exists dayclose_demo{suffix} cascade")
-
-
 def run_demo(landing: Path | None = None, target_name: str | None = None) -> int:
-    _fresh_demo_warehouse(target_name)
+    # the demo replays past nights, so it runs in a warehouse of its own, new each time
+    fresh_warehouse(target_name, PROJECT_DIR / ".dayclose" / "demo" / "dayclose-demo.duckdb", "dayclose_demo")
     target = resolve_target(target_name)
     landing = landing or PROJECT_DIR / ".dayclose" / "demo" / "landing"
     start = MONDAY - timedelta(days=HISTORY_DAYS)

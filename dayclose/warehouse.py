@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import IO, Any
 
 from dayclose.errors import Unavailable, WarehouseBusy
@@ -140,3 +141,24 @@ def postgres_connect(application_name: str):
             f"cannot connect to Postgres at {where} (database {os.environ.get('PGDATABASE', '(default)')}): "
             f"{detail}; set PGHOST, PGPORT, PGUSER, PGPASSWORD and PGDATABASE"
         ) from None
+
+
+def fresh_warehouse(
+    target_name: str | None, duckdb_path: Path, schema: str, extra: tuple[str, ...] = ()
+) -> None:
+    """Point the environment at a warehouse of its own and empty it: a DuckDB file (and its
+    siblings) or a Postgres schema and its siblings (`extra`: more schemas to drop). For the
+    demos, which replay past nights: the user's warehouse is never touched."""
+    from dayclose.settings import resolve_target
+
+    if (target_name or os.environ.get("DAYCLOSE_TARGET", "duckdb")) == "duckdb":
+        for stale in duckdb_path.parent.glob(duckdb_path.stem + ".*"):
+            stale.unlink()
+        os.environ["DAYCLOSE_DUCKDB"] = str(duckdb_path)
+        return
+    os.environ["DAYCLOSE_SCHEMA"] = schema
+    with Warehouse(resolve_target(target_name)) as wh:
+        for suffix in ("", "_landing", "_reference", "_published", "_dbt_test__audit"):
+            wh.execute(f"drop schema if exists {schema}{suffix} cascade")
+        for name in extra:
+            wh.execute(f"drop schema if exists {name} cascade")

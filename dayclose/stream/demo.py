@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -24,34 +23,18 @@ from nats.js.errors import NotFoundError
 
 from dayclose.jobs import run_nightly
 from dayclose.settings import resolve_target
-from dayclose.stream.alerts import AlertTable, ops_schema
+from dayclose.stream.alerts import AlertTable
 from dayclose.stream.config import StreamSettings, settings
 from dayclose.stream.detectors import Reference
 from dayclose.stream.gateway import build_scenario
 from dayclose.stream.server import PrivateServer
 from dayclose.stream.session import Session, past_night, run_session
 from dayclose.stream.streams import connect, has_mapping, setup
-from dayclose.warehouse import Warehouse
+from dayclose.warehouse import Warehouse, fresh_warehouse
 
 PREFIX = "dayclose_demo"
 PLANTS, RATE, SECONDS, BACKLOG_HOURS, RECONNECT_S = 8, 200, 18.0, 4.0, 5.0
 SEED = 0
-
-
-def _fresh_warehouse(folder: Path, target_name: str | None) -> None:
-    """A warehouse of the story's own, new each time (never the user's, nor the main demo's)."""
-    if (target_name or os.environ.get("DAYCLOSE_TARGET", "duckdb")) == "duckdb":
-        path = folder / "dayclose-stream.duckdb"
-        for stale in folder.glob("dayclose-stream.*"):
-            stale.unlink()
-        os.environ["DAYCLOSE_DUCKDB"] = str(path)
-        return
-    os.environ["DAYCLOSE_SCHEMA"] = "dayclose_stream_demo"
-    target = resolve_target(target_name)
-    with Warehouse(target) as wh:
-        for suffix in ("", "_landing", "_reference", "_published", "_dbt_test__audit"):
-            wh.execute(f"drop schema if exists {target.schema}{suffix} cascade")
-        wh.execute(f"drop schema if exists {ops_schema(target)} cascade")
 
 
 async def _fresh_streams(s: StreamSettings) -> None:
@@ -75,7 +58,9 @@ def operators_story(workdir: Path, target_name: str | None) -> int:
     folder = workdir / "stream"
     shutil.rmtree(folder / "landing", ignore_errors=True)
     folder.mkdir(parents=True, exist_ok=True)
-    _fresh_warehouse(folder, target_name)
+    fresh_warehouse(
+        target_name, folder / "dayclose-stream.duckdb", "dayclose_stream_demo", ("dayclose_stream_demo_ops",)
+    )
     offset, day = past_night(seconds_before_2am=22)  # yesterday 01:59:38 UTC
     base = settings(prefix=PREFIX, clock_offset_s=offset)
     lines = sorted(Reference.from_seeds().plant_of_line)

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import numpy as np
+import orjson
 
 from dayclose.errors import EXIT_DATA, DaycloseError
 
@@ -257,8 +258,9 @@ def _decode_jsonl(payload: bytes) -> Readings:
     raw = payload.split(b"\n")
     if raw and raw[-1] == b"":
         raw.pop()
-    try:  # one parse for the whole message; per line only when a line is broken
-        docs: list[object] = json.loads(b"[" + b",".join(raw) + b"]")
+    try:  # one parse for the whole message (orjson: strict JSON, 3x the standard library's
+        # speed); per line, by the standard library, only when a line is broken or not strict
+        docs: list[object] = orjson.loads(b"[" + b",".join(raw) + b"]")
     except ValueError:
         docs = []
         for text in raw:
