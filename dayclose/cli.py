@@ -10,10 +10,11 @@ import argparse
 import sys
 import traceback
 from pathlib import Path
+from typing import NoReturn
 
 from dayclose.console import show_progress, stderr_progress
 from dayclose.dates import parse_as_of, parse_date
-from dayclose.errors import EXIT_FAILED, EXIT_NOT_FOUND, DaycloseError
+from dayclose.errors import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_USAGE, DaycloseError
 from dayclose.settings import TARGETS, resolve_target
 from dayclose.sources import SOURCES
 from dayclose.stream.cli import add_commands
@@ -106,8 +107,15 @@ def _demo(args: argparse.Namespace) -> int:
     return run_demo(Path(args.landing) if args.landing else None, args.target)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a bad argument reported in one line and the usage exit code."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="dayclose",
         description="Daily numbers that stay right when data arrives late, twice, or broken.",
     )

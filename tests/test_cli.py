@@ -1,0 +1,99 @@
+"""Every bad argument and unreachable dependency: one line naming the problem and what is
+expected, a distinct non-zero exit code, no traceback (unless --debug)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dayclose.errors import EXIT_NOT_FOUND, EXIT_UNAVAILABLE, EXIT_USAGE
+
+
+def dayclose(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "dayclose.cli", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=120,
+    )
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "code", "says"),
+    [
+        (
+            ["run", "sales", "--as-of", "24/11/2026", "--landing", "."],
+            {},
+            EXIT_USAGE,
+            "--as-of '24/11/2026' is not an instant",
+        ),
+        (
+            ["generate", "sales", "--start", "23.11.2026", "--days", "1", "--landing", "x"],
+            {},
+            EXIT_USAGE,
+            "--start '23.11.2026' is not a date: expected YYYY-MM-DD",
+        ),
+        (
+            ["generate", "sales", "--start", "2026-11-23", "--days", "-1", "--landing", "x"],
+            {},
+            EXIT_USAGE,
+            "argument --days: -1 is less than 1",
+        ),
+        (
+            ["run", "sales", "--landing", "/no/such/landing"],
+            {},
+            EXIT_NOT_FOUND,
+            "--landing /no/such/landing: no such folder",
+        ),
+        (
+            ["run", "sales", "--landing", "."],
+            {"DAYCLOSE_TARGET": "oracle"},
+            EXIT_USAGE,
+            "unknown target 'oracle'",
+        ),
+        (
+            ["run", "sales", "--target", "postgres", "--landing", "."],
+            {"PGHOST": "127.0.0.1", "PGPORT": "PORT"},
+            EXIT_UNAVAILABLE,
+            "cannot connect to Postgres at 127.0.0.1:PORT",
+        ),
+        (
+            ["report", "--out", "OUT"],
+            {"DAYCLOSE_DUCKDB": "WAREHOUSE"},
+            EXIT_NOT_FOUND,
+            "no published numbers yet",
+        ),
+    ],
+    ids=["as-of", "start", "days", "landing", "target", "postgres-down", "report-nothing-published"],
+)
+def test_a_bad_argument_or_dependency_is_one_clear_line(
+    tmp_path: Path, args: list[str], env: dict[str, str], code: int, says: str
+) -> None:
+    port = str(closed_port())
+    fill = {"PORT": port, "OUT": str(tmp_path / "report"), "WAREHOUSE": str(tmp_path / "w.duckdb")}
+    args = [fill.get(a, a) for a in args]
+    env = {k: fill.get(v, v) for k, v in env.items()}
+    says = says.replace("PORT", port)
+    done = dayclose(*args, env=env)
+    assert done.returncode == code, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+def test_debug_shows_the_traceback() -> None:
+    done = dayclose("--debug", "run", "sales", "--as-of", "24/11/2026", "--landing", ".")
+    assert done.returncode == EXIT_USAGE
+    assert "Traceback" in done.stderr and "is not an instant" in done.stderr.splitlines()[-1]
