@@ -279,6 +279,7 @@ def main() -> None:
             r["nightly_vs_hand_sql"] = long["nightly_s"] / long["hand_sql_s"]
             r["rerun_vs_hand_sql"] = long["rerun_s"] / long["hand_sql_s"]
             log(f"{engine}: history ratio {r['history_ratio']:.2f}, nightly / hand SQL {r['nightly_vs_hand_sql']:.1f}x")
+            write_results("bench-sales-partial", results)
         if "loader" in cases:
             landing = landings[args.short_days]
             log(f"{engine}: (c) loader on the {args.short_days + 1}-day landing")
@@ -290,6 +291,7 @@ def main() -> None:
             log(f"  bare bulk load: {r['bulk']['lines']:,} lines in {r['bulk']['seconds']:.1f} s, "
                 f"{r['bulk']['lines_per_s']:,.0f} lines/s")
             r["loader_vs_bulk"] = r["loader"]["lines_per_s"] / r["bulk"]["lines_per_s"]
+            write_results("bench-sales-partial", results)
         if "memory" in cases:
             r["memory"] = {}
             for n, landing in big.items():
@@ -298,6 +300,7 @@ def main() -> None:
                     m = peak_memory_child(engine, landing, workdir)
                 r["memory"][str(n)] = m
                 log(f"  {m['lines']:,} lines in {m['seconds']:.1f} s: peak {m['peak_mib']:,.0f} MiB")
+                write_results("bench-sales-partial", results)
         write_results("bench-sales-partial", results)
     results["machine"]["load_at_end"] = load_average()
     out = write_results("bench-sales", results)
