@@ -120,7 +120,9 @@ def postgres_env() -> None:
 
 @contextlib.contextmanager
 def fresh_target(engine: str, workdir: Path, keep: bool = False):
-    """A new empty warehouse: a DuckDB file, or a Postgres database dropped afterwards."""
+    """A new empty warehouse: a DuckDB file, or a Postgres database dropped afterwards
+    (kept, for a look afterwards, when DAYCLOSE_BENCH_KEEP=1)."""
+    keep = keep or os.environ.get("DAYCLOSE_BENCH_KEEP") == "1"
     import psycopg2
 
     from dayclose.settings import resolve_target
