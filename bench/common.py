@@ -77,7 +77,9 @@ def dbt_log_status(state_dir: Path) -> Callable[[], str]:
 
 
 # -- landings ------------------------------------------------------------------------------
-def sales_landing(days: int, per_day: int, seed: int = 42, shops: int = 140, start: date = date(2026, 1, 1)) -> Path:
+def sales_landing(
+    days: int, per_day: int, seed: int = 42, shops: int = 140, start: date = date(2026, 1, 1)
+) -> Path:
     """A sales landing of `days` days (generated once, kept under DATA)."""
     from dayclose.generate import generate_sales
 
@@ -91,7 +93,9 @@ def sales_landing(days: int, per_day: int, seed: int = 42, shops: int = 140, sta
     return path
 
 
-def units_landing(days: int, per_day: int, seed: int = 3, plants: int = 300, start: date = date(2026, 11, 1)) -> Path:
+def units_landing(
+    days: int, per_day: int, seed: int = 3, plants: int = 300, start: date = date(2026, 11, 1)
+) -> Path:
     from dayclose.generate import generate_units
 
     path = DATA / f"units-{per_day}x{days}-s{seed}-plants{plants}"
@@ -193,7 +197,10 @@ def machine() -> dict:
         postgres_env()
         postgres = subprocess.run(
             ["psql", "-d", "postgres", "-tAc", "show server_version"],
-            capture_output=True, text=True, timeout=10, check=True,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
         ).stdout.strip()
     return {
         "cores": os.cpu_count(),
@@ -214,7 +221,10 @@ def _git_head() -> str:
     with contextlib.suppress(Exception):
         return subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"],
-            capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parent.parent,
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=Path(__file__).resolve().parent.parent,
         ).stdout.strip()
     return "-"
 

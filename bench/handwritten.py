@@ -36,13 +36,21 @@ _DATE = (
 PATTERNS = {
     "flat_object": WS + r"\{" + WS + "(?:" + _MEMBER + WS + "(?:," + WS + _MEMBER + WS + ")*)?\\}" + WS,
     "id": r'"[A-Za-z0-9_.:/-]{1,128}"',
-    "timestamp": '"' + _DATE + r'T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]{1,6})?(?:Z|[+-](?:0[0-9]|1[0-4]):[0-5][0-9])"',
+    "timestamp": '"'
+    + _DATE
+    + r'T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]{1,6})?(?:Z|[+-](?:0[0-9]|1[0-4]):[0-5][0-9])"',
     "decimal": r'"-?[0-9]{1,15}(?:\.[0-9]{1,2})?"|-?[0-9]{1,15}(?:\.[0-9]{1,2})?',
     "sequence": r"0|[1-9][0-9]{0,18}",
     "number": r"-?(?:0|[1-9][0-9]{0,15})(?:\.[0-9]{1,15})?(?:[eE][+-]?[0-9]{1,2})?",
 }
 
-SALES_FIELDS = {"event_id": "id", "shop_id": "id", "sold_at": "timestamp", "received_at": "timestamp", "amount": "decimal"}
+SALES_FIELDS = {
+    "event_id": "id",
+    "shop_id": "id",
+    "sold_at": "timestamp",
+    "received_at": "timestamp",
+    "amount": "decimal",
+}
 UNITS_FIELDS = {
     "line_id": "id",
     "plc_seq": "sequence",
@@ -103,7 +111,9 @@ def decoded_lines_sql(engine: str, raw: str, fields: dict[str, str], where: str)
                case when is_json then list_sort(json_keys(raw_line)) end as keys
         from (
             select batch_id, file_name, line_number, raw_line,
-                   coalesce(case when json_valid(raw_line) then json_type(raw_line) = 'OBJECT' end, false) as is_json
+                   coalesce(
+                       case when json_valid(raw_line) then json_type(raw_line) = 'OBJECT' end, false
+                   ) as is_json
             from {raw}
             where ({where}) and byte_error is null
         ) as objects
@@ -118,7 +128,7 @@ def decoded_lines_sql(engine: str, raw: str, fields: dict[str, str], where: str)
                array(select k from json_object_keys(j) as k order by k) as keys
         from (
             select batch_id, file_name, line_number,
-                   case when {_full(engine, 'raw_line', PATTERNS['flat_object'])} then raw_line::json end as j
+                   case when {_full(engine, "raw_line", PATTERNS["flat_object"])} then raw_line::json end as j
             from {raw}
             where ({where}) and byte_error is null
             offset 0
@@ -144,7 +154,9 @@ def decoded_lines_sql(engine: str, raw: str, fields: dict[str, str], where: str)
     where ok"""
 
 
-def sales_sql(engine: str, schema: str, table: str, start: date, end: date, as_of: datetime, max_amount: int) -> str:
+def sales_sql(
+    engine: str, schema: str, table: str, start: date, end: date, as_of: datetime, max_amount: int
+) -> str:
     """daily_sales of [start, end) from the raw lines of the batches arrived since `start`."""
     raw = f"{schema}_landing.sale_lines"
     complete = f"'{as_of:%Y-%m-%dT%H}'"  # a batch is complete when its arrival hour is over
@@ -216,7 +228,9 @@ def run_statement(wh, table: str, sql: str) -> float:
     return time.perf_counter() - started
 
 
-def differences(wh, left: str, right: str, columns: list[str], date_column: str, start: date, end: date) -> int:
+def differences(
+    wh, left: str, right: str, columns: list[str], date_column: str, start: date, end: date
+) -> int:
     """Rows of `left` not in `right` plus rows of `right` not in `left`, for the days [start, end)."""
     cols = ", ".join(columns)
     days = f"{date_column} >= cast('{start}' as date) and {date_column} < cast('{end}' as date)"

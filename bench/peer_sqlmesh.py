@@ -86,8 +86,12 @@ WITH lines AS (
     filename,
     json_extract_string(line, '$.event_id') AS event_id,
     json_extract_string(line, '$.shop_id') AS shop_id,
-    TRY_CAST(TRY_CAST(json_extract_string(line, '$.sold_at') AS TIMESTAMPTZ) AT TIME ZONE 'UTC' AS TIMESTAMP) AS sold_at,
-    TRY_CAST(TRY_CAST(json_extract_string(line, '$.received_at') AS TIMESTAMPTZ) AT TIME ZONE 'UTC' AS TIMESTAMP) AS received_at,
+    TRY_CAST(
+      TRY_CAST(json_extract_string(line, '$.sold_at') AS TIMESTAMPTZ) AT TIME ZONE 'UTC' AS TIMESTAMP
+    ) AS sold_at,
+    TRY_CAST(
+      TRY_CAST(json_extract_string(line, '$.received_at') AS TIMESTAMPTZ) AT TIME ZONE 'UTC' AS TIMESTAMP
+    ) AS received_at,
     TRY_CAST(json_extract_string(line, '$.amount') AS DECIMAL(18, 2)) AS amount
   FROM lines
   WHERE json_valid(line)
@@ -150,7 +154,8 @@ else:
 ctx.engine_adapter.execute(f"copy (select * from bench.daily_sales) to '{export}' (format parquet)")
 ctx.close()
 import sqlmesh, duckdb
-print(json.dumps({"inner_s": time.perf_counter() - started, "sqlmesh": sqlmesh.__version__, "duckdb": duckdb.__version__}))
+elapsed = time.perf_counter() - started
+print(json.dumps({"inner_s": elapsed, "sqlmesh": sqlmesh.__version__, "duckdb": duckdb.__version__}))
 """
 
 
@@ -170,7 +175,9 @@ def write_project(folder: Path, landing: Path) -> Path:
     (folder / "config.yaml").write_text(
         CONFIG.format(database=folder / "peer.duckdb", start=FIRST_DAY.isoformat())
     )
-    (folder / "models" / "daily_sales.sql").write_text(MODEL.format(start=FIRST_DAY.isoformat(), landing=landing))
+    (folder / "models" / "daily_sales.sql").write_text(
+        MODEL.format(start=FIRST_DAY.isoformat(), landing=landing)
+    )
     (folder / "models" / "shops.sql").write_text(SEED.format(shops=REPO / "seeds" / "shops.csv"))
     (folder / "driver.py").write_text(DRIVER)
     return folder
@@ -180,7 +187,14 @@ def sqlmesh_step(python: Path, project: Path, mode: str, execution_time: datetim
     clock = Timer()
     with ticking(f"sqlmesh {mode}", every=15):
         done = subprocess.run(
-            [str(python), str(project / "driver.py"), mode, str(project), f"{execution_time:%Y-%m-%d %H:%M:%S}", str(export)],
+            [
+                str(python),
+                str(project / "driver.py"),
+                mode,
+                str(project),
+                f"{execution_time:%Y-%m-%d %H:%M:%S}",
+                str(export),
+            ],
             capture_output=True,
             text=True,
             cwd=project,
@@ -197,8 +211,19 @@ def dayclose_step(landing: Path, as_of: datetime) -> dict:
     clock = Timer()
     with ticking("dayclose run", every=15):
         done = subprocess.run(
-            [sys.executable, "-m", "dayclose.cli", "run", "sales", "--as-of", f"{as_of:%Y-%m-%dT%H:%M}",
-             "--landing", str(landing), "--target", "duckdb"],
+            [
+                sys.executable,
+                "-m",
+                "dayclose.cli",
+                "run",
+                "sales",
+                "--as-of",
+                f"{as_of:%Y-%m-%dT%H:%M}",
+                "--landing",
+                str(landing),
+                "--target",
+                "duckdb",
+            ],
             capture_output=True,
             text=True,
             cwd=REPO,
@@ -206,17 +231,26 @@ def dayclose_step(landing: Path, as_of: datetime) -> dict:
     seconds = clock.seconds
     if done.returncode != 0:
         raise SystemExit(f"dayclose run failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-    return {"seconds": seconds, "load": round(load_average(), 2), "summary": done.stdout.strip().splitlines()[:3]}
+    return {
+        "seconds": seconds,
+        "load": round(load_average(), 2),
+        "summary": done.stdout.strip().splitlines()[:3],
+    }
 
 
 def compare(duckdb_path: Path, export: Path) -> dict:
     import duckdb
 
     con = duckdb.connect(str(duckdb_path), read_only=True)
-    cols = "sale_date, shop_id, cast(sales_amount as decimal(18, 2)) as sales_amount, cast(sales_count as bigint) as sales_count"
+    cols = (
+        "sale_date, shop_id, cast(sales_amount as decimal(18, 2)) as sales_amount, "
+        "cast(sales_count as bigint) as sales_count"
+    )
     ours = f"select {cols} from main.daily_sales"
     peer = f"select {cols} from read_parquet('{export}')"
-    diff = con.execute(f"select count(*) from (({ours} except {peer}) union all ({peer} except {ours}))").fetchone()[0]
+    diff = con.execute(
+        f"select count(*) from (({ours} except {peer}) union all ({peer} except {ours}))"
+    ).fetchone()[0]
     rows, days, total = con.execute(
         f"select count(*), count(distinct sale_date), sum(sales_amount) from ({ours})"
     ).fetchone()
@@ -227,7 +261,9 @@ def compare(duckdb_path: Path, export: Path) -> dict:
 
 def case(days: int, per_day: int, python: Path, workdir: Path) -> dict:
     landing = sales_landing(days + 1, per_day)
-    first_as_of = datetime.combine(FIRST_DAY + timedelta(days=days), datetime.min.time()) + timedelta(minutes=30)
+    first_as_of = datetime.combine(FIRST_DAY + timedelta(days=days), datetime.min.time()) + timedelta(
+        minutes=30
+    )
     night_as_of = first_as_of + timedelta(days=1)
     project = write_project(DATA / "peer" / f"sqlmesh-{landing.name}", landing)
     export = project / "daily_sales.parquet"
@@ -253,14 +289,18 @@ def case(days: int, per_day: int, python: Path, workdir: Path) -> dict:
         log(f"  daily_sales after the nightly run: {r['equal_after_nightly']}")
     for step in ("first", "nightly"):
         if r[f"equal_after_{step}"]["differences"]:
-            raise SystemExit(f"dayclose and SQLMesh daily_sales differ after the {step} step: {r[f'equal_after_{step}']}")
+            raise SystemExit(
+                f"dayclose and SQLMesh daily_sales differ after the {step} step: {r[f'equal_after_{step}']}"
+            )
     r["first_ratio"] = r["dayclose_first"]["seconds"] / r["sqlmesh_first"]["seconds"]
     r["nightly_ratio"] = r["dayclose_nightly"]["seconds"] / r["sqlmesh_nightly"]["seconds"]
     return r
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--days", default="30,120", help="landings of N days of history")
     parser.add_argument("--events-per-day", type=int, default=100_000)
     parser.add_argument("--sqlmesh-venv", default=str(DATA / "sqlmesh-venv"))
@@ -286,16 +326,38 @@ def render(results: dict) -> str:
     c = results["cases"]
     cols = list(c)
     rows = [
-        ("SQLMesh first build (plan, backfill every day) (s)", [c[k]["sqlmesh_first"]["seconds"] for k in cols], "{:.1f}"),
-        ("dayclose first build (run: load, build, gates, publish) (s)", [c[k]["dayclose_first"]["seconds"] for k in cols], "{:.1f}"),
+        (
+            "SQLMesh first build (plan, backfill every day) (s)",
+            [c[k]["sqlmesh_first"]["seconds"] for k in cols],
+            "{:.1f}",
+        ),
+        (
+            "dayclose first build (run: load, build, gates, publish) (s)",
+            [c[k]["dayclose_first"]["seconds"] for k in cols],
+            "{:.1f}",
+        ),
         ("first build dayclose / SQLMesh (goal <= 2)", [c[k]["first_ratio"] for k in cols], "{:.2f}"),
         ("SQLMesh nightly run (s)", [c[k]["sqlmesh_nightly"]["seconds"] for k in cols], "{:.1f}"),
-        ("dayclose nightly run (load, build, gates, publish) (s)", [c[k]["dayclose_nightly"]["seconds"] for k in cols], "{:.1f}"),
+        (
+            "dayclose nightly run (load, build, gates, publish) (s)",
+            [c[k]["dayclose_nightly"]["seconds"] for k in cols],
+            "{:.1f}",
+        ),
         ("nightly dayclose / SQLMesh (goal <= 1.5)", [c[k]["nightly_ratio"] for k in cols], "{:.2f}"),
-        ("daily_sales rows compared, differences", [f"{c[k]['equal_after_nightly']['rows']:,}, {c[k]['equal_after_nightly']['differences']}" for k in cols], "{}"),
+        (
+            "daily_sales rows compared, differences",
+            [
+                f"{c[k]['equal_after_nightly']['rows']:,}, {c[k]['equal_after_nightly']['differences']}"
+                for k in cols
+            ],
+            "{}",
+        ),
     ]
-    return table(["same landing, " + textwrap.shorten(f"{results['args']['events_per_day']:,} sales/day", 40)]
-                 + [f"{k} days" for k in cols], rows)
+    return table(
+        ["same landing, " + textwrap.shorten(f"{results['args']['events_per_day']:,} sales/day", 40)]
+        + [f"{k} days" for k in cols],
+        rows,
+    )
 
 
 if __name__ == "__main__":

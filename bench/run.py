@@ -28,7 +28,6 @@ import argparse
 import json
 import subprocess
 import sys
-import time
 from datetime import date, datetime, timedelta
 from pathlib import Path
 
@@ -109,7 +108,9 @@ def hand_written(target, as_of: datetime) -> dict:
 
 def case_history(engine: str, landing: Path, days: int, nights: int, workdir: Path) -> dict:
     """History of `days` days built (untimed), then `nights` nights timed, a rerun and the hand SQL."""
-    last_night = datetime.combine(FIRST_DAY + timedelta(days=days), datetime.min.time()) + timedelta(minutes=30)
+    last_night = datetime.combine(FIRST_DAY + timedelta(days=days), datetime.min.time()) + timedelta(
+        minutes=30
+    )
     first_timed = last_night - timedelta(days=nights - 1)
     with fresh_target(engine, workdir) as target:
         log(f"{engine}: building {days - nights} days of history (untimed)")
@@ -246,14 +247,18 @@ def peak_memory_child(engine: str, landing: Path, workdir: Path) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--events-per-day", type=int, default=100_000)
     parser.add_argument("--short-days", type=int, default=30)
     parser.add_argument("--long-days", type=int, default=360)
     parser.add_argument("--nights", type=int, default=2, help="consecutive nights timed per history")
     parser.add_argument("--big-days", default="5000000,50000000", help="events of the peak-memory days")
     parser.add_argument("--engines", default=",".join(ENGINES))
-    parser.add_argument("--cases", default="history,loader,memory", help="history (a, b), loader (c), memory (d)")
+    parser.add_argument(
+        "--cases", default="history,loader,memory", help="history (a, b), loader (c), memory (d)"
+    )
     parser.add_argument("--workdir", default=str(DATA / "work"))
     args = parser.parse_args()
     engines = args.engines.split(",")
@@ -278,18 +283,25 @@ def main() -> None:
             r["history_ratio"] = long["nightly_s"] / short["nightly_s"]
             r["nightly_vs_hand_sql"] = long["nightly_s"] / long["hand_sql_s"]
             r["rerun_vs_hand_sql"] = long["rerun_s"] / long["hand_sql_s"]
-            log(f"{engine}: history ratio {r['history_ratio']:.2f}, nightly / hand SQL {r['nightly_vs_hand_sql']:.1f}x")
+            log(
+                f"{engine}: history ratio {r['history_ratio']:.2f}, "
+                f"nightly / hand SQL {r['nightly_vs_hand_sql']:.1f}x"
+            )
             write_results("bench-sales-partial", results)
         if "loader" in cases:
             landing = landings[args.short_days]
             log(f"{engine}: (c) loader on the {args.short_days + 1}-day landing")
             r["loader"] = loader_throughput(engine, landing, workdir)
-            log(f"  loader: {r['loader']['lines']:,} lines in {r['loader']['seconds']:.1f} s, "
-                f"{r['loader']['lines_per_s']:,.0f} lines/s")
+            log(
+                f"  loader: {r['loader']['lines']:,} lines in {r['loader']['seconds']:.1f} s, "
+                f"{r['loader']['lines_per_s']:,.0f} lines/s"
+            )
             log(f"{engine}: (c) bare bulk load of the same files")
             r["bulk"] = bulk_load(engine, landing, workdir)
-            log(f"  bare bulk load: {r['bulk']['lines']:,} lines in {r['bulk']['seconds']:.1f} s, "
-                f"{r['bulk']['lines_per_s']:,.0f} lines/s")
+            log(
+                f"  bare bulk load: {r['bulk']['lines']:,} lines in {r['bulk']['seconds']:.1f} s, "
+                f"{r['bulk']['lines_per_s']:,.0f} lines/s"
+            )
             r["loader_vs_bulk"] = r["loader"]["lines_per_s"] / r["bulk"]["lines_per_s"]
             write_results("bench-sales-partial", results)
         if "memory" in cases:
@@ -322,21 +334,44 @@ def render(results: dict, args: argparse.Namespace, big_days: list[int]) -> str:
 
     s, lg = f"history_{args.short_days}d", f"history_{args.long_days}d"
     rows = [
-        (f"(a) nightly run, {args.short_days} days of history (s)", [get(c, s, "nightly_s") for c in cols], "{:.2f}"),
-        (f"(a) nightly run, {args.long_days} days of history (s)", [get(c, lg, "nightly_s") for c in cols], "{:.2f}"),
+        (
+            f"(a) nightly run, {args.short_days} days of history (s)",
+            [get(c, s, "nightly_s") for c in cols],
+            "{:.2f}",
+        ),
+        (
+            f"(a) nightly run, {args.long_days} days of history (s)",
+            [get(c, lg, "nightly_s") for c in cols],
+            "{:.2f}",
+        ),
         ("(a) ratio (goal <= 1.2)", [get(c, "history_ratio") for c in cols], "{:.2f}"),
-        ("(b) rerun, nothing to load: build + gates + publish (s)", [get(c, lg, "rerun_s") for c in cols], "{:.2f}"),
-        ("(b) hand-written statement from the raw lines (s)", [get(c, lg, "hand_sql_s") for c in cols], "{:.2f}"),
+        (
+            "(b) rerun, nothing to load: build + gates + publish (s)",
+            [get(c, lg, "rerun_s") for c in cols],
+            "{:.2f}",
+        ),
+        (
+            "(b) hand-written statement from the raw lines (s)",
+            [get(c, lg, "hand_sql_s") for c in cols],
+            "{:.2f}",
+        ),
         ("(b) nightly run / hand-written", [get(c, "nightly_vs_hand_sql") for c in cols], "{:.1f}x"),
         ("(c) loader, lines/s", [get(c, "loader", "lines_per_s") for c in cols], "{:,.0f}"),
         ("(c) bare bulk load, lines/s", [get(c, "bulk", "lines_per_s") for c in cols], "{:,.0f}"),
-        ("(c) DuckDB read_json, rows/s (reference)", [get(c, "bulk", "read_json_rows_per_s") for c in cols], "{:,.0f}"),
+        (
+            "(c) DuckDB read_json, rows/s (reference)",
+            [get(c, "bulk", "read_json_rows_per_s") for c in cols],
+            "{:,.0f}",
+        ),
         ("(c) loader / bare bulk load (goal >= 0.5)", [get(c, "loader_vs_bulk") for c in cols], "{:.2f}"),
     ]
     for n in big_days:
         rows.append(
-            (f"(d) peak memory of the loading process, {n:,} events/day (MiB)",
-             [get(c, "memory", str(n), "peak_mib") for c in cols], "{:,.0f}")
+            (
+                f"(d) peak memory of the loading process, {n:,} events/day (MiB)",
+                [get(c, "memory", str(n), "peak_mib") for c in cols],
+                "{:,.0f}",
+            )
         )
     return table([f"sales, {args.events_per_day:,} events/day"] + cols, rows)
 

@@ -49,8 +49,10 @@ from bench.handwritten import differences, run_statement, units_sql
 FIRST_DAY = date(2026, 11, 1)
 AS_OF = datetime(2026, 11, 3, 0, 30)
 WINDOW = (date(2026, 11, 1), date(2026, 11, 3))
-BEFORE = {"duckdb": {"load_s": 259.0, "build_s": 125.3, "hand_s": 10.6},
-          "postgres": {"load_s": 401.0, "build_s": 309.5, "hand_s": 92.6}}
+BEFORE = {
+    "duckdb": {"load_s": 259.0, "build_s": 125.3, "hand_s": 10.6},
+    "postgres": {"load_s": 401.0, "build_s": 309.5, "hand_s": 92.6},
+}
 
 
 def nightly(target, landing: Path, what: str) -> dict:
@@ -91,17 +93,25 @@ def case(engine: str, landing: Path, workdir: Path, rerun: bool = True) -> dict:
                 "load": round(load_average(), 2),
             }
         r["load"]["lines_per_s"] = r["load"]["lines"] / r["load"]["seconds"]
-        log(f"  {r['load']['lines']:,} lines in {r['load']['seconds']:.1f} s ({r['load']['lines_per_s']:,.0f} lines/s)")
+        log(
+            f"  {r['load']['lines']:,} lines in {r['load']['seconds']:.1f} s "
+            f"({r['load']['lines_per_s']:,.0f} lines/s)"
+        )
 
         log(f"{engine}: 2. nightly run from those raw lines (every model and gate)")
         r["nightly"] = nightly(target, landing, f"{engine} nightly build")
         steps = r["nightly"]["steps"]
-        log(f"  {r['nightly']['seconds']:.1f} s: build {steps.get('build', 0):.1f}, publish {steps.get('publish', 0):.1f}")
+        log(
+            f"  {r['nightly']['seconds']:.1f} s: build {steps.get('build', 0):.1f}, "
+            f"publish {steps.get('publish', 0):.1f}"
+        )
         log(f"  top nodes: {top_nodes(r['nightly']['nodes'])}")
 
         log(f"{engine}: 3. hand-written statement from the raw lines")
         with Warehouse(target) as wh:
-            sql = units_sql(wh.kind, target.schema, "bench_daily_good_units_hand", WINDOW[0], WINDOW[1], AS_OF)
+            sql = units_sql(
+                wh.kind, target.schema, "bench_daily_good_units_hand", WINDOW[0], WINDOW[1], AS_OF
+            )
             with ticking(f"{engine} hand-written statement", every=15):
                 seconds = run_statement(wh, "bench_daily_good_units_hand", sql)
             diff = differences(
@@ -115,8 +125,12 @@ def case(engine: str, landing: Path, workdir: Path, rerun: bool = True) -> dict:
             good = wh.scalar(f"select sum(good_units) from {target.schema}.bench_daily_good_units_hand")
         if diff:
             raise SystemExit(f"hand-written statement and daily_good_units differ in {diff} rows")
-        r["hand"] = {"seconds": seconds, "good_units": good, "equal_to_daily_good_units": True,
-                     "load": round(load_average(), 2)}
+        r["hand"] = {
+            "seconds": seconds,
+            "good_units": good,
+            "equal_to_daily_good_units": True,
+            "load": round(load_average(), 2),
+        }
         log(f"  {seconds:.1f} s, {good:,} good units, equal to daily_good_units")
 
         if rerun:
@@ -132,11 +146,15 @@ def case(engine: str, landing: Path, workdir: Path, rerun: bool = True) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--units-per-day", type=int, default=10_000_000)
     parser.add_argument("--engines", default=",".join(ENGINES))
     parser.add_argument("--workdir", default=str(DATA / "work"))
-    parser.add_argument("--no-rerun", action="store_true", help="skip step 4 (the rerun with nothing to load)")
+    parser.add_argument(
+        "--no-rerun", action="store_true", help="skip step 4 (the rerun with nothing to load)"
+    )
     args = parser.parse_args()
     workdir = Path(args.workdir)
     log(f"bench.units: {json.dumps(vars(args))}")
@@ -155,14 +173,38 @@ def render(results: dict, args: argparse.Namespace) -> str:
     e = results["engines"]
     cols = list(e)
     rows = [
-        ("lines loaded (2 days with replays, duplicates, garbage)", [e[c]["load"]["lines"] for c in cols], "{:,}"),
+        (
+            "lines loaded (2 days with replays, duplicates, garbage)",
+            [e[c]["load"]["lines"] for c in cols],
+            "{:,}",
+        ),
         ("load of the 2-day window (s)", [e[c]["load"]["seconds"] for c in cols], "{:.1f}"),
-        ("  speed-up against before (259 / 401 s; goal >= 4x)", [e[c]["load_speedup_vs_before"] for c in cols], "{:.1f}x"),
-        ("whole nightly build, every model and gate, from the raw lines (s)", [e[c]["build_s"] for c in cols], "{:.1f}"),
-        ("nightly run: lock, build, publish, audit (s)", [e[c]["nightly"]["seconds"] for c in cols], "{:.1f}"),
+        (
+            "  speed-up against before (259 / 401 s; goal >= 4x)",
+            [e[c]["load_speedup_vs_before"] for c in cols],
+            "{:.1f}x",
+        ),
+        (
+            "whole nightly build, every model and gate, from the raw lines (s)",
+            [e[c]["build_s"] for c in cols],
+            "{:.1f}",
+        ),
+        (
+            "nightly run: lock, build, publish, audit (s)",
+            [e[c]["nightly"]["seconds"] for c in cols],
+            "{:.1f}",
+        ),
         ("hand-written statement from the raw lines (s)", [e[c]["hand"]["seconds"] for c in cols], "{:.1f}"),
-        ("build / hand-written (goal <= 3 DuckDB, <= 2 Postgres)", [e[c]["build_vs_hand"] for c in cols], "{:.2f}"),
-        ("rerun, nothing new to load: whole run (s)", [e[c].get("rerun", {}).get("seconds") for c in cols], "{:.1f}"),
+        (
+            "build / hand-written (goal <= 3 DuckDB, <= 2 Postgres)",
+            [e[c]["build_vs_hand"] for c in cols],
+            "{:.2f}",
+        ),
+        (
+            "rerun, nothing new to load: whole run (s)",
+            [e[c].get("rerun", {}).get("seconds") for c in cols],
+            "{:.1f}",
+        ),
     ]
     return table([f"units, {args.units_per_day:,} units/day"] + cols, rows)
 
