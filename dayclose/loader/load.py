@@ -243,6 +243,25 @@ def _checked_in_order(
                 future.cancel()
 
 
+@contextlib.contextmanager
+def _bounded_memory(wh: Warehouse) -> Iterator[None]:
+    """On DuckDB, cap its buffer pool while loading (DAYCLOSE_LOADER_MEMORY_LIMIT, default 1GB).
+
+    DuckDB runs inside this process and by default keeps the pages it wrote cached up to 80%
+    of the machine's memory, so the loading process would grow with the size of the day.
+    A batch needs far less: each file is read, numbered and appended in a streaming pass.
+    """
+    if wh.kind != "duckdb":
+        yield
+        return
+    before = wh.scalar("select current_setting('memory_limit')")
+    wh.execute(f"set memory_limit = '{os.environ.get('DAYCLOSE_LOADER_MEMORY_LIMIT', '1GB')}'")
+    try:
+        yield
+    finally:
+        wh.execute(f"set memory_limit = '{before}'")
+
+
 def load_source(
     wh: Warehouse,
     source: Source,
@@ -283,7 +302,7 @@ def load_source(
         tempfile.mkdtemp(prefix=f"dayclose-{source.name}-", dir=os.environ.get("DAYCLOSE_SPOOL_DIR"))
     )
     try:
-        with contextlib.closing(_checked_in_order(todo, spool)) as checked_batches:
+        with _bounded_memory(wh), contextlib.closing(_checked_in_order(todo, spool)) as checked_batches:
             for done, (checked, previous) in enumerate(checked_batches, start=1):
                 result = write_batch(wh, source, checked, previous)
                 report.results.append(result)
