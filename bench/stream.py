@@ -169,7 +169,7 @@ class Stream:
         args = [sys.executable, "-m", "dayclose.cli", "monitor", "--stats", str(stats)]
         if idle_exit:
             args += ["--idle-exit", str(idle_exit)]
-        return subprocess.Popen(args, env=self.env(), cwd=PROJECT, stderr=subprocess.DEVNULL)
+        return subprocess.Popen(args, env=self.env(), cwd=PROJECT)
 
 
 async def publish_all(s: StreamSettings, msgs: list[tuple[str, str, bytes]], lane: str = "live") -> float:
