@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dayclose.errors import EXIT_NOT_FOUND, EXIT_UNAVAILABLE, EXIT_USAGE
+from dayclose.errors import EXIT_CONFIG, EXIT_NOT_FOUND, EXIT_UNAVAILABLE, EXIT_USAGE
 
 
 def dayclose(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -75,14 +75,39 @@ def closed_port() -> int:
             EXIT_NOT_FOUND,
             "no published numbers yet",
         ),
+        (
+            ["run", "sales", "--landing", "TMP"],
+            {
+                "DAYCLOSE_DUCKDB": "WAREHOUSE",
+                "DAYCLOSE_STATE_DIR": "STATE",
+                "DAYCLOSE_LOADER_MEMORY_LIMIT": "lots",
+            },
+            EXIT_CONFIG,
+            "DAYCLOSE_LOADER_MEMORY_LIMIT='lots' is not a memory size",
+        ),
     ],
-    ids=["as-of", "start", "days", "landing", "target", "postgres-down", "report-nothing-published"],
+    ids=[
+        "as-of",
+        "start",
+        "days",
+        "landing",
+        "target",
+        "postgres-down",
+        "report-nothing-published",
+        "loader-memory-limit",
+    ],
 )
 def test_a_bad_argument_or_dependency_is_one_clear_line(
     tmp_path: Path, args: list[str], env: dict[str, str], code: int, says: str
 ) -> None:
     port = str(closed_port())
-    fill = {"PORT": port, "OUT": str(tmp_path / "report"), "WAREHOUSE": str(tmp_path / "w.duckdb")}
+    fill = {
+        "PORT": port,
+        "OUT": str(tmp_path / "report"),
+        "WAREHOUSE": str(tmp_path / "w.duckdb"),
+        "TMP": str(tmp_path),
+        "STATE": str(tmp_path / "state"),
+    }
     args = [fill.get(a, a) for a in args]
     env = {k: fill.get(v, v) for k, v in env.items()}
     says = says.replace("PORT", port)

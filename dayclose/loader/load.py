@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -30,6 +31,7 @@ from pathlib import Path
 
 from dayclose.console import progress as console_progress
 from dayclose.dates import utc_now
+from dayclose.errors import EXIT_CONFIG, DaycloseError
 from dayclose.loader.contract import Batch, ManifestMismatch, data_files, discover, marker_sha, read_manifest
 from dayclose.loader.ingest import BatchUnreadable, ensure_landing, ingest_file, put_back
 from dayclose.loader.prepass import FileScan, sanitize, scan
@@ -254,8 +256,14 @@ def _bounded_memory(wh: Warehouse) -> Iterator[None]:
     if wh.kind != "duckdb":
         yield
         return
+    limit = os.environ.get("DAYCLOSE_LOADER_MEMORY_LIMIT", "1GB").strip()
+    if not re.fullmatch(r"[0-9]+(\.[0-9]+)? ?[KMGT]i?B", limit):
+        raise DaycloseError(
+            f"DAYCLOSE_LOADER_MEMORY_LIMIT={limit!r} is not a memory size (for example 1GB or 512MiB)",
+            EXIT_CONFIG,
+        )
     before = wh.scalar("select current_setting('memory_limit')")
-    wh.execute(f"set memory_limit = '{os.environ.get('DAYCLOSE_LOADER_MEMORY_LIMIT', '1GB')}'")
+    wh.execute(f"set memory_limit = '{limit}'")
     try:
         yield
     finally:
