@@ -40,7 +40,7 @@ from nats.js.errors import NoKeysError
 from dayclose.stream.archive import Archiver
 from dayclose.stream.config import StreamSettings, settings
 from dayclose.stream.detectors import Reference
-from dayclose.stream.partition import PartitionProcessor, progress
+from dayclose.stream.partition import PartitionProcessor, progress, warm_up
 from dayclose.stream.server import PrivateServer
 from dayclose.stream.streams import connect, setup
 from dayclose.stream.wire import encode
@@ -128,6 +128,7 @@ def scoring_alone(fmt: str, readings: int) -> dict:
     s = settings(url="nats://unused:4222")
     proc = PartitionProcessor(s, REF)
     stored = int(time.time() * 1000)
+    warm_up()  # as the monitor does before its first message
     cpu = time.process_time()
     for seq, (line, plant, payload) in enumerate(msgs, start=1):
         proc.process(f"dayclose.tele.live.0.{plant}.{line}", payload, seq, stored)

@@ -16,7 +16,7 @@ import pytest
 
 from dayclose.settings import resolve_target
 from dayclose.stream.alerts import AlertTable
-from dayclose.stream.consumers import position, stored_ms
+from dayclose.stream.consumers import Puller, align, position, stored_ms
 from dayclose.stream.detectors import Reference
 from dayclose.stream.gateway import build_scenario, simulate
 from dayclose.stream.monitor import Stats, Unit, publish_outputs
@@ -218,9 +218,11 @@ def test_a_redelivered_message_changes_nothing(nats) -> None:
             PartitionProcessor(nats, reference),
             256,
         )
-        await unit.open(js, kv)
+        await unit.open(nc, js, kv)
         stats = Stats()
-        first = await unit.sub.fetch(5, timeout=5)
+        first = []
+        while len(first) < 5:  # what has arrived: one fetch or several
+            first += await unit.sub.fetch(5 - len(first), timeout=5)
         outs = [unit._process(m, *position(m)) for m in first]
         assert sum(o.scored for o in outs) == 500 and any(o.alerts for o in outs)
         await publish_outputs(js, nats, outs, stats)
@@ -239,6 +241,50 @@ def test_a_redelivered_message_changes_nothing(nats) -> None:
             await m.ack()
         info = await js.stream_info(nats.alerts_stream)
         assert info.state.messages == stats.alerts
+        await nc.close()
+
+    asyncio.run(scenario())
+
+
+def test_the_bulk_puller_hands_over_every_message_once_and_in_order(nats) -> None:
+    """The monitor's fetch (one open pull request, messages collected by a callback): every
+    stored message once, in stream order, across fetches of any size; an empty consumer
+    returns nothing after the wait; unacknowledged messages come back after a restart."""
+
+    async def scenario() -> None:
+        nc = await connect(nats, "test")
+        js = nc.jetstream()
+        subject = nats.ingress_subject("live", "P-001", "L-001-1")
+        for i in range(1000):
+            await js.publish(subject, i.to_bytes(4, "little"))
+        name = "puller-test"
+        await align(js, nats.telemetry_stream, name, f"{nats.prefix}.tele.>", None)
+        puller = await Puller(nc, nats.telemetry_stream, name).start()
+        got: list[int] = []
+        while len(got) < 1000:
+            msgs = await puller.fetch(97, timeout=2)
+            assert msgs and len(msgs) <= 2 * 97
+            got += [int.from_bytes(m.data, "little") for m in msgs]
+            for m in msgs[: len(msgs) // 2]:  # half acknowledged, the rest left pending
+                await m.ack()
+        assert got == list(range(1000))
+        started = time.monotonic()
+        assert await puller.fetch(50, timeout=0.5) == []
+        assert 0.4 < time.monotonic() - started < 2.0
+        await puller.stop()
+        # a new owner resets the consumer to its ack floor: what was not acknowledged returns
+        assert await align(js, nats.telemetry_stream, name, f"{nats.prefix}.tele.>", None) == "reset"
+        puller = await Puller(nc, nats.telemetry_stream, name).start()
+        again: list = []
+        while True:
+            msgs = await puller.fetch(500, timeout=1)
+            if not msgs:
+                break
+            again += msgs
+        first_unacked = min(int.from_bytes(m.data, "little") for m in again)
+        assert first_unacked > 0 and [int.from_bytes(m.data, "little") for m in again] == list(
+            range(first_unacked, 1000)
+        )
         await nc.close()
 
     asyncio.run(scenario())

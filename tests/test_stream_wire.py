@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from dayclose.stream.archive import as_it_came, contract_lines
-from dayclose.stream.wire import READING, WireError, decode, encode_binary, encode_jsonl
+from dayclose.stream.wire import READING, WireError, _utc_ms, decode, encode_binary, encode_jsonl, rfc3339_ms
 
 CONTRACT_KEYS = [
     "line_id",
@@ -165,3 +165,30 @@ def test_an_odd_reading_is_written_as_valid_json_with_its_values_as_they_came() 
         "extra": ["Infinity"],
         "received_at": "2026-11-23T21:14:05.120Z",
     }
+
+
+def test_json_event_times_in_any_rfc3339_form_are_the_same_instants() -> None:
+    """The compiled parser of the usual form (...T..:..:..mmmZ) equals numpy's reading of
+    it, and other forms (offsets, no or more fraction digits) are the same instants."""
+    rng = np.random.default_rng(7)
+    ms = rng.integers(-2_000_000_000_000, 7_000_000_000_000, 20_000)  # 1906 to 2191
+    stamps = rfc3339_ms(ms)
+    assert _utc_ms(stamps).tolist() == ms.tolist()
+    seq, event, verdict, sensors = sample(5)
+    rows = encode_jsonl("L-007-1", "IPA-330-BTL", seq, event, verdict, sensors).split(b"\n")
+    usual = rfc3339_ms(event)
+    forms = [
+        usual[0],
+        usual[1].replace("Z", "+00:00"),
+        "2026-11-18T12:06:40.074+01:00",  # an hour east of UTC
+        usual[3][:-5] + ".111000Z",
+        usual[4].replace("T", " "),
+    ]
+    rows = [row.replace(f'"{usual[i]}"'.encode(), f'"{forms[i]}"'.encode()) for i, row in enumerate(rows)]
+    batch = decode(b"\n".join(rows))
+    assert batch.problems == {}
+    assert usual[2] == "2026-11-18T11:06:40.074Z" and batch.event_ms.tolist() == event.tolist()
+    for bad, why in [("2026-02-29T00:00:00.000Z", "day"), ("2026-11-30T24:00:00.000Z", "hour")]:
+        rows[2] = rows[0].replace(f'"{usual[0]}"'.encode(), f'"{bad}"'.encode())
+        batch = decode(b"\n".join(rows))
+        assert list(batch.problems) == [2] and batch.problems[2].startswith("event_at"), why

@@ -17,6 +17,11 @@ Each durable has one owner at a time (partitions are assigned statically; one ar
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
+import time
+
 from nats.js import api
 from nats.js.errors import NotFoundError
 
@@ -78,3 +83,71 @@ def position(msg) -> tuple[int, int]:
         return int(tokens[5]), int(tokens[7]) // 1_000_000
     md = msg.metadata  # the longer form with a domain and an account hash
     return md.sequence.stream, int(md.timestamp.timestamp() * 1000)
+
+
+class Puller:
+    """A durable pull consumer read in bulk.
+
+    nats-py's `fetch` waits for each message of a batch in a task of its own (about 15 us a
+    message, a fifth of scoring a message of 100 readings). Here one pull request of up to
+    `batch` messages stays open on the server until filled or expired; the messages it
+    delivers are collected by a subscription callback, and `fetch` returns whatever has
+    arrived as soon as anything has, so latency is that of the delivery, not of a full
+    batch. A new request is sent only when the previous one has ended (filled, expired with
+    status 408, or presumed expired a second after its expiry when its status was lost).
+    """
+
+    STATUS_END = {"404", "408", "409"}  # no messages, request expired, conflict (leader change, ...)
+
+    def __init__(self, nc, stream: str, durable: str, api_prefix: str = "$JS.API"):
+        self.nc = nc
+        self.subject = f"{api_prefix}.CONSUMER.MSG.NEXT.{stream}.{durable}"
+        self.inbox = ""
+        self.sub = None
+        self.ready: list = []
+        self.arrived = asyncio.Event()
+        self.open_for = 0  # messages the open request may still deliver
+        self.open_until = 0.0
+        self.error: Exception | None = None
+
+    async def start(self) -> Puller:
+        self.inbox = self.nc.new_inbox()
+        self.sub = await self.nc.subscribe(
+            self.inbox, cb=self._deliver, pending_msgs_limit=-1, pending_bytes_limit=-1
+        )
+        return self
+
+    async def _deliver(self, msg) -> None:
+        status = msg.headers.get(api.Header.STATUS) if msg.headers else None
+        if status is None:
+            self.ready.append(msg)
+            self.open_for -= 1
+        elif status in self.STATUS_END:
+            self.open_for = 0
+        elif status != "100":  # 100 is a heartbeat; anything else is an error of the consumer
+            self.open_for = 0
+            description = msg.headers.get(api.Header.DESCRIPTION, "")
+            self.error = RuntimeError(f"pull consumer {self.subject}: status {status} {description}")
+        self.arrived.set()
+
+    async def fetch(self, batch: int, timeout: float) -> list:
+        """The messages delivered so far, waiting up to `timeout` seconds for the first."""
+        if not self.ready:
+            now = time.monotonic()
+            if self.open_for <= 0 or now > self.open_until:
+                self.open_for = batch
+                self.open_until = now + timeout + 1.0
+                request = {"batch": batch, "expires": int(timeout * 1e9)}
+                await self.nc.publish(self.subject, json.dumps(request).encode(), reply=self.inbox)
+            self.arrived.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.arrived.wait(), timeout)
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error
+        msgs, self.ready = self.ready, []
+        return msgs
+
+    async def stop(self) -> None:
+        if self.sub is not None:
+            await self.sub.unsubscribe()

@@ -35,6 +35,7 @@ import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numba
 import numpy as np
 
 from dayclose.settings import PROJECT_DIR
@@ -58,7 +59,6 @@ SPEC_COLUMNS = (  # seeds/sensor_specs.csv, in the order of wire.SENSORS
     ("temperature_min_c", "temperature_max_c"),
 )
 NEVER = -(1 << 40)  # position of "no true condition yet"
-_EWMA_CHUNK = 256
 
 
 @dataclass(frozen=True)
@@ -186,100 +186,107 @@ class Change:
         return SENSORS[ROWS[self.row][1]]
 
 
-_POWERS: dict[float, np.ndarray] = {}
+@numba.njit(cache=True, nogil=True)
+def _scan(
+    x: np.ndarray,  # (3, n) float64: the readings, one sensor a row
+    lo: np.ndarray,
+    hi: np.ndarray,
+    roc: np.ndarray,
+    target: float,
+    sigma: float,
+    cusum_k: float,
+    cusum_h: float,
+    cusum_cap: float,
+    drift_clip: float,
+    ewma_lambda: float,
+    ewma_limit: float,
+    stuck_after: int,
+    clear_after: int,
+    last: np.ndarray,  # (3,) state, updated in place from here on
+    run: np.ndarray,  # (3,)
+    cus: np.ndarray,  # (2,) high, low
+    since: np.ndarray,  # (len(ROWS),) readings since each condition last held
+    ewma_start: float,  # in sigma from target
+    stats: np.ndarray,  # (3, n) out: CUSUM high, CUSUM low, EWMA (sigma), for the alerts' values
+) -> tuple[np.ndarray, float]:
+    """Every detector over one message, reading by reading (compiled): the alarm changes as
+    rows of (reading index, row, opened), and the EWMA at the end (sigma from target)."""
+    n = x.shape[1]
+    rows = since.shape[0]
+    changes = np.empty((rows * n, 3), dtype=np.int64)
+    m = 0
+    cond = np.empty(rows, dtype=np.bool_)
+    s_hi, s_lo, e = cus[0], cus[1], ewma_start
+    for i in range(n):
+        for k in range(3):
+            v = x[k, i]
+            cond[k] = v < lo[k] or v > hi[k]
+            cond[3 + k] = abs(v - last[k]) > roc[k]  # NaN (no previous value) compares False
+            run[k] = run[k] + 1 if v == last[k] else 1
+            cond[6 + k] = run[k] >= stuck_after
+            last[k] = v
+        z = min(max((x[0, i] - target) / sigma, -drift_clip), drift_clip)
+        s_hi = max(0.0, s_hi + z - cusum_k)
+        s_lo = max(0.0, s_lo - z - cusum_k)
+        e = (1.0 - ewma_lambda) * e + ewma_lambda * z
+        cond[9] = s_hi > cusum_h
+        cond[10] = s_lo > cusum_h
+        cond[11] = abs(e) > ewma_limit
+        stats[0, i], stats[1, i], stats[2, i] = s_hi, s_lo, e
+        for r in range(rows):
+            was = since[r] < clear_after
+            since[r] = 0 if cond[r] else since[r] + 1
+            now = since[r] < clear_after
+            if now != was:
+                changes[m, 0], changes[m, 1], changes[m, 2] = i, r, now
+                m += 1
+    cus[0], cus[1] = min(s_hi, cusum_cap), min(s_lo, cusum_cap)
+    return changes[:m], e
 
 
-def ewma(x: np.ndarray, start: float, lam: float) -> np.ndarray:
-    """z_t = (1 - lam) z_{t-1} + lam x_t from z_0 = start, vectorised in chunks of 256."""
-    a = 1.0 - lam
-    powers = _POWERS.get(lam)
-    if powers is None:
-        powers = _POWERS[lam] = a ** np.arange(1, _EWMA_CHUNK + 1)
-    out = np.empty(len(x))
-    z = start
-    for lo in range(0, len(x), _EWMA_CHUNK):
-        chunk = x[lo : lo + _EWMA_CHUNK]
-        p = powers[: len(chunk)]
-        out[lo : lo + len(chunk)] = p * (z + lam * np.cumsum(chunk / p))
-        z = out[lo + len(chunk) - 1]
-    return out
-
-
-def cusum(d: np.ndarray, start: np.ndarray) -> np.ndarray:
-    """S_t = max(0, S_{t-1} + d_t) from S_0 = start, along the last axis (Lindley's recursion)."""
-    c = np.cumsum(d, axis=-1)
-    return c - np.minimum(np.minimum.accumulate(c, axis=-1), -np.asarray(start)[..., None])
-
-
-_ARANGES: dict[int, np.ndarray] = {}
-
-
-def _arange(n: int) -> np.ndarray:
-    r = _ARANGES.get(n)
-    if r is None:
-        r = _ARANGES[n] = np.arange(n)
-        r.flags.writeable = False
-    return r
+def warm_up() -> None:
+    """Load the compiled scan (compile it, on first use after an install)."""
+    spec = Spec("warm-up", np.zeros(3), np.ones(3), np.ones(3), 0.5, 0.125)
+    score(LaneState(), spec, Thresholds(), np.full((3, 2), 0.5))
 
 
 def score(state: LaneState, spec: Spec, th: Thresholds, x: np.ndarray) -> list[Change]:
     """Run every detector over one message's readings x (3, n) of one line; update its state.
 
-    Returns the alarms that opened or closed, in reading order.
+    Returns the alarms that opened or closed, in reading order (then row order).
     """
-    n = x.shape[1]
     if state.sku != spec.sku:  # a new SKU on the line: its drift statistics start over
         state.sku = spec.sku
         state.cusum[:] = 0.0
         state.ewma = spec.target
-    idx = _arange(n)
-    cond = np.empty((len(ROWS), n), dtype=bool)
-    np.logical_or(x < spec.lo[:, None], x > spec.hi[:, None], out=cond[0:3])
-    prev = np.empty_like(x)
-    prev[:, 0] = state.last
-    prev[:, 1:] = x[:, :-1]
-    step = np.abs(x - prev)
-    np.greater(step, spec.roc[:, None], out=cond[3:6])  # NaN (no previous) compares False
-    same = x == prev
-    if same.any():  # run lengths of equal values (a float sensor rarely repeats: usually skipped)
-        last_break = np.maximum.accumulate(np.where(same, -1, idx), axis=1)
-        run = np.where(last_break >= 0, idx - last_break + 1, state.run[:, None] + idx + 1)
-        np.greater_equal(run, th.stuck_after, out=cond[6:9])
-        state.run = run[:, -1].copy()
-    else:
-        cond[6:9] = False
-        state.run = np.ones(3, dtype=np.int64)
-    z = np.clip((x[0] - spec.target) / spec.sigma, -th.drift_clip, th.drift_clip)
-    d = np.empty((2, n))  # the two CUSUM sides at once: high on z - k, low on -z - k
-    np.subtract(z, th.cusum_k, out=d[0])
-    np.subtract(-th.cusum_k, z, out=d[1])
-    s = cusum(d, state.cusum)
-    np.greater(s, th.cusum_h, out=cond[CUSUM_HIGH : CUSUM_LOW + 1])
-    e = ewma(z, (state.ewma - spec.target) / spec.sigma, th.ewma_lambda)  # in sigma from target
-    np.greater(np.abs(e), th.ewma_limit, out=cond[EWMA_ROW])
-
-    state.last = x[:, -1].copy()
-    state.cusum = np.minimum(s[:, -1], th.cusum_cap)
-    state.ewma = spec.target + float(e[-1]) * spec.sigma
-    state.scored += n
-
-    was_open = state.since < th.clear_after
-    if not was_open.any() and not cond.any():
-        return []
-    last_true = np.maximum.accumulate(np.where(cond, idx, NEVER), axis=1)
-    carried = np.where(was_open, -1 - state.since, NEVER)
-    last_true = np.maximum(last_true, carried[:, None])
-    is_open = (idx - last_true) < th.clear_after
-    before = np.empty_like(is_open)
-    before[:, 0] = was_open
-    before[:, 1:] = is_open[:, :-1]
-    state.since = n - 1 - last_true[:, -1]
-    changes = []
-    for opened, mask in ((True, is_open & ~before), (False, ~is_open & before)):
-        for row, i in zip(*np.nonzero(mask), strict=True):
-            changes.append(_change(int(row), int(i), opened, x, prev, s, e, spec, th))
-    changes.sort(key=lambda c: (c.index, not c.opened))
-    return changes
+    x = np.ascontiguousarray(x, dtype=np.float64)
+    before = state.last.copy()
+    stats = np.empty((3, x.shape[1]))
+    found, e = _scan(
+        x,
+        spec.lo,
+        spec.hi,
+        spec.roc,
+        spec.target,
+        spec.sigma,
+        th.cusum_k,
+        th.cusum_h,
+        th.cusum_cap,
+        th.drift_clip,
+        th.ewma_lambda,
+        th.ewma_limit,
+        th.stuck_after,
+        th.clear_after,
+        state.last,
+        state.run,
+        state.cusum,
+        state.since,
+        (state.ewma - spec.target) / spec.sigma,
+        stats,
+    )
+    state.ewma = spec.target + e * spec.sigma
+    state.scored += x.shape[1]
+    return [_change(row, i, bool(opened), x, before, stats, spec, th) for i, row, opened in found.tolist()]
 
 
 def _change(
@@ -287,9 +294,8 @@ def _change(
     i: int,
     opened: bool,
     x: np.ndarray,
-    prev: np.ndarray,
-    s: np.ndarray,
-    e: np.ndarray,
+    before: np.ndarray,
+    stats: np.ndarray,
     spec: Spec,
     th: Thresholds,
 ) -> Change:
@@ -306,16 +312,15 @@ def _change(
             "high" if high else "low" if value < spec.lo[sensor] else None,
         )
     if detector == "rate_of_change":
-        return Change(
-            i, row, opened, value, float(spec.roc[sensor]), "high" if value > prev[sensor, i] else "low"
-        )
+        previous = x[sensor, i - 1] if i else before[sensor]
+        return Change(i, row, opened, value, float(spec.roc[sensor]), "high" if value > previous else "low")
     if detector == "stuck":
         return Change(i, row, opened, value, float(th.stuck_after), None)
     if row == CUSUM_HIGH:
-        return Change(i, row, opened, float(s[0, i]), th.cusum_h, "high")
+        return Change(i, row, opened, float(stats[0, i]), th.cusum_h, "high")
     if row == CUSUM_LOW:
-        return Change(i, row, opened, float(s[1, i]), th.cusum_h, "low")
-    ewma_value = spec.target + float(e[i]) * spec.sigma
+        return Change(i, row, opened, float(stats[1, i]), th.cusum_h, "low")
+    ewma_value = spec.target + float(stats[2, i]) * spec.sigma
     high = ewma_value > spec.target
     limit = spec.target + (1 if high else -1) * th.ewma_limit * spec.sigma
     return Change(i, row, opened, ewma_value, limit, "high" if high else "low")

@@ -37,10 +37,10 @@ from dayclose.errors import DaycloseError
 from dayclose.settings import resolve_target
 from dayclose.stream.alerts import AlertTable
 from dayclose.stream.config import LANES, StreamSettings
-from dayclose.stream.consumers import align, position
+from dayclose.stream.consumers import Puller, align, position
 from dayclose.stream.detectors import Reference, Thresholds
 from dayclose.stream.dlrate import DeadLetterRate
-from dayclose.stream.partition import DeadLetter, Outputs, PartitionProcessor
+from dayclose.stream.partition import DeadLetter, Outputs, PartitionProcessor, warm_up
 from dayclose.stream.streams import connect
 
 CHECKPOINT_EVERY_S = 1.0  # checkpoint (then ack) at most this often under load, and whenever idle
@@ -114,7 +114,7 @@ class Unit:
         self.sub = None
         self.last_message = time.monotonic()
 
-    async def open(self, js, kv, from_new: bool = False) -> str:
+    async def open(self, nc, js, kv, from_new: bool = False) -> str:
         """Restore the checkpoint and align the consumer with it. Without a checkpoint the unit
         starts at the stream's beginning, or with from_new after its last message (a checkpoint
         saying so is written first, so a crash cannot send it back to the beginning)."""
@@ -126,7 +126,7 @@ class Unit:
             self.processor.last_seq = (await js.stream_info(self.stream)).state.last_seq
             await kv.put(self.key, self.processor.snapshot())
         action = await align(js, self.stream, self.name, self.subject, self.processor.last_seq)
-        self.sub = await js.pull_subscribe_bind(durable=self.name, stream=self.stream)
+        self.sub = await Puller(nc, self.stream, self.name).start()
         return action
 
     async def run(self, js, kv, stop: asyncio.Event, stats: Stats, live: bool) -> None:
@@ -280,6 +280,7 @@ async def run_worker(
     `stats` (filled as it goes) lets a caller watch it."""
     stop = stop or asyncio.Event()
     reference = Reference.from_seeds()
+    warm_up()
     nc = await connect(settings, f"dayclose-monitor-{worker}")
     stats = stats if stats is not None else Stats()
     try:
@@ -291,7 +292,7 @@ async def run_worker(
                 f"no KV bucket {settings.state_bucket} at {settings.url}: run `dayclose stream setup` first"
             ) from None
         units = units_for(settings, worker, workers, reference)
-        actions = [await unit.open(js, kv, from_new) for unit, _ in units]
+        actions = [await unit.open(nc, js, kv, from_new) for unit, _ in units]
         if log:
             parts = ", ".join(f"{a} {actions.count(a)}" for a in sorted(set(actions)))
             log(f"worker {worker}/{workers}: {len(units)} consumers ({parts})")

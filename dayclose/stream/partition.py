@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dayclose.generate.writer import iso_ms
+from dayclose.stream import detectors, wire
 from dayclose.stream.config import StreamSettings
 from dayclose.stream.detectors import NEVER, Change, LaneState, Reference, Thresholds, score
 from dayclose.stream.wire import SENSORS, Readings, WireError, decode, json_safe, rfc3339_ms
@@ -54,6 +55,13 @@ class Outputs:
     dead: list[DeadLetter] = field(default_factory=list)
     scored: int = 0
     skipped: bool = False
+
+
+def warm_up() -> None:
+    """Load the compiled parts of scoring (numba; compiled on first use after an install and
+    cached beside the modules), so the first message does not wait for them."""
+    detectors.warm_up()
+    wire.warm_up()
 
 
 class PartitionProcessor:
@@ -162,6 +170,13 @@ class PartitionProcessor:
 
     def _dead_readings(self, batch: Readings, arrival_ms: int, dead) -> np.ndarray:
         """Mark readings that cannot be scored, dead-letter each with its reason; the valid mask."""
+        if (
+            not batch.problems
+            and batch.verdict.max() <= 1
+            and batch.event_ms.max() <= arrival_ms + self.th.future_tolerance_ms
+            and np.isfinite(batch.sensors.sum())  # NaN or an infinity anywhere makes the sum so
+        ):
+            return np.ones(len(batch), dtype=bool)  # the usual message: every reading valid
         finite = np.isfinite(batch.sensors).all(axis=0)
         verdict_ok = batch.verdict <= 1
         in_time = batch.event_ms <= arrival_ms + self.th.future_tolerance_ms
