@@ -1,6 +1,6 @@
-"""Line detectors, vectorised over a message's readings, with the state each line carries.
+"""Line detectors over a message's readings, with the state each line carries.
 
-For each line (and lane: live, late, backfill), over the readings of one message at once:
+For each line (and lane: live, late, backfill), over the readings of one message in one pass:
 
 | detector | on | a reading meets the condition when (limits from seeds/sensor_specs) |
 |---|---|---|
@@ -23,10 +23,12 @@ h = 8 about once in 10 million), none in 200,000 per SKU at Cp 2 on any detector
 drift that creeps toward a limit alarms before its first out-of-spec reading.
 
 An alarm opens on the first reading whose condition holds and closes after `clear_after` (25)
-readings in a row without it, so one alert marks one episode: never one per reading. The
-alarm state machine, the CUSUM (a Lindley recursion: S_t = C_t - min(-S_0, min_j C_j) over the
-cumulative sums C), the EWMA and the run lengths are computed with numpy over the whole
-message; Python runs only per message and per alarm change.
+readings in a row without it, so one alert marks one episode: never one per reading.
+
+The conditions, the CUSUM, the EWMA, the run lengths and the alarm state machine are one loop
+over the readings, compiled by numba (`_scan`): exactly the reading-by-reading definition, at
+about 0.04 us a reading, where numpy over the message (some 40 array operations) cost 0.45 us.
+Python runs only per message and per alarm change.
 """
 
 from __future__ import annotations
