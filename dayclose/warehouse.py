@@ -98,10 +98,12 @@ class Warehouse:
 
         return (psycopg2.DataError,)
 
-    def copy_from(self, sql: str, fileobj: IO[bytes]) -> None:
-        """Postgres COPY ... FROM STDIN, streaming `fileobj` (its bytes go to the server as they are)."""
+    def copy_from(self, sql: str, fileobj: IO[bytes]) -> int:
+        """Postgres COPY ... FROM STDIN, streaming `fileobj` (its bytes go to the server as they
+        are); the number of rows it wrote."""
         with self._conn.cursor() as cur:
             cur.copy_expert(sql, fileobj)
+            return cur.rowcount
 
     # -- catalogue ------------------------------------------------------------------
     def relation_exists(self, schema: str, name: str) -> bool:

@@ -77,16 +77,17 @@ def test_retry_after_a_partly_written_load_ends_at_1x(
 
     monkeypatch.setattr(prefect_tasks, "RETRIES", 2)
     monkeypatch.setattr(prefect_tasks, "BACKOFF_SECONDS", 0.01)
-    real_ingest = load_module.ingest_file
+    real_ingest = load_module.ingest_files
     failures = {"left": 1}
 
-    def ingest_then_fail(wh, table_name, batch_id, file_name, path):
-        real_ingest(wh, table_name, batch_id, file_name, path)  # the rows are written ...
+    def ingest_then_fail(wh, table_name, files):
+        written = real_ingest(wh, table_name, files)  # the rows are written ...
         if failures["left"]:
             failures["left"] -= 1
             raise RuntimeError("serializable isolation violation (injected)")  # ... then the load dies
+        return written
 
-    monkeypatch.setattr(load_module, "ingest_file", ingest_then_fail)
+    monkeypatch.setattr(load_module, "ingest_files", ingest_then_fail)
     state = sales_nightly(
         as_of="2026-11-25T00:30", target=engine.name, landing=str(landing), return_state=True
     )

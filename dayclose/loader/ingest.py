@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from dayclose.warehouse import Warehouse
@@ -77,27 +78,68 @@ def ensure_landing(wh: Warehouse, tables: Sequence[str]) -> None:
             "    byte_error varchar\n)"
         )
         if wh.kind == "postgres":
-            # a batch is deleted, counted and read by the models by batch_id
-            wh.execute(f"create index if not exists {table}_batch_idx on {schema}.{table} (batch_id)")
+            # the models read new batches by batch_id. Batches arrive in order, so a BRIN index
+            # (block ranges) finds them at next to no cost a line; a btree cost the loader 20%.
+            wh.execute(f"drop index if exists {schema}.{table}_batch_idx")  # the btree of before
+            wh.execute(
+                f"create index if not exists {table}_batch_brin on {schema}.{table} using brin (batch_id)"
+            )
 
 
-def ingest_file(wh: Warehouse, table: str, batch_id: str, file_name: str, path: Path) -> None:
-    """Append every line of `path` (a clean file) to the raw table, numbered from 1."""
+@dataclass(frozen=True)
+class FileToRead:
+    """A clean file of a batch (or its sanitized copy), and its exact number of lines."""
+
+    batch_id: str
+    file_name: str
+    path: Path
+    lines: int
+
+
+def ingest_files(wh: Warehouse, table: str, files: Sequence[FileToRead]) -> dict[str, int]:
+    """Append every line of the files to the raw table, each file's lines numbered from 1;
+    the lines the engine wrote, per batch (for the caller to hold against the manifest).
+
+    DuckDB reads all of them in one `read_csv` (the per-statement cost, not the lines, is
+    what a small batch pays): `row_number() over ()` numbers the lines of the whole scan in
+    file order (the order a single file's lines already rely on), and each file's first
+    number, known from its line count, is taken off by a join on the file name. Postgres
+    takes each file by its own COPY, which says how many rows it wrote.
+    """
     relation = f"{wh.target.landing_schema}.{table}"
+    files = [f for f in files if f.lines]
+    written: dict[str, int] = {}
+    if not files:
+        return written
     if wh.kind == "duckdb":
+        values, params, first = [], [], 0
+        for f in files:
+            values.append("(?, ?, ?, ?)")
+            params += [str(f.path), f.batch_id, f.file_name, first]
+            first += f.lines
         wh.execute(
             f"insert into {relation} (batch_id, file_name, line_number, raw_line) "
-            f"select ?, ?, row_number() over (), line from read_csv(?, {DUCKDB_LINES})",
-            (batch_id, file_name, str(path)),
+            f"with scanned as (select filename, line, row_number() over () as n "
+            f"from read_csv(?, {DUCKDB_LINES}, filename = true)), "
+            f"files (path, batch_id, file_name, first) as (values {', '.join(values)}) "
+            "select files.batch_id, files.file_name, scanned.n - files.first, scanned.line "
+            "from scanned inner join files on scanned.filename = files.path",
+            [[str(f.path) for f in files], *params],
         )
-        return
-    wh.execute(
-        "select set_config('dayclose.batch_id', %s, true), set_config('dayclose.file_name', %s, true), "
-        f"setval('{wh.target.landing_schema}.line_numbers', 1, false)",
-        (batch_id, file_name),
-    )
-    with open(path, "rb") as fh:
-        wh.copy_from(POSTGRES_COPY.format(table=relation), fh)
+        ids = sorted({f.batch_id for f in files})
+        among = ", ".join(["%s"] * len(ids))
+        counted = f"select batch_id, count(*) from {relation} where batch_id in ({among}) group by 1"
+        return dict(wh.query(counted, ids))
+    for f in files:
+        wh.execute(
+            "select set_config('dayclose.batch_id', %s, true), set_config('dayclose.file_name', %s, true), "
+            f"setval('{wh.target.landing_schema}.line_numbers', 1, false)",
+            (f.batch_id, f.file_name),
+        )
+        with open(f.path, "rb") as fh:
+            rows = wh.copy_from(POSTGRES_COPY.format(table=relation), fh)
+        written[f.batch_id] = written.get(f.batch_id, 0) + rows
+    return written
 
 
 def put_back(

@@ -10,9 +10,13 @@ The loader's promises:
   file and line number: the engine reads the files itself (dayclose.loader.ingest), Python
   only reads each file's bytes once to check them (dayclose.loader.prepass). Decoding and
   validation are the dbt models' work; nothing is dropped here;
-- a batch is written in one transaction (delete the batch, insert its lines, check their
-  count, record it in the load ledger), so loading it twice, or retrying after a failure
-  half way, leaves exactly one copy.
+- a batch is written in one transaction with its ledger row (delete an earlier version of
+  it, insert its lines, check their count, record it in the load ledger), so loading it
+  twice, or retrying after a failure half way, leaves exactly one copy. Small batches share
+  a transaction (up to GROUP_LINES lines or GROUP_BATCHES batches): a statement costs
+  milliseconds whatever its size, which made 3,700-line batches load at a tenth of the
+  engine's speed. When a shared transaction fails on one batch, nothing of it stays and each
+  of its batches is written alone, so only that one is refused.
 """
 
 from __future__ import annotations
@@ -33,13 +37,15 @@ from dayclose.console import progress as console_progress
 from dayclose.dates import utc_now
 from dayclose.errors import EXIT_CONFIG, DaycloseError
 from dayclose.loader.contract import Batch, ManifestMismatch, data_files, discover, marker_sha, read_manifest
-from dayclose.loader.ingest import BatchUnreadable, ensure_landing, ingest_file, put_back
+from dayclose.loader.ingest import BatchUnreadable, FileToRead, ensure_landing, ingest_files, put_back
 from dayclose.loader.prepass import FileScan, sanitize, scan
 from dayclose.sources import SOURCES, Source
 from dayclose.warehouse import Warehouse
 
 RECHECK_DAYS = 35  # loaded batches younger than this are checked for a changed manifest
-LOOK_AHEAD = 2  # batches checked ahead of the one being written
+GROUP_LINES = 500_000  # batches written in one transaction: up to this many lines ...
+GROUP_BATCHES = 256  # ... or this many batches
+LOOK_AHEAD = GROUP_BATCHES  # batches checked (in a thread) ahead of the ones being written
 
 
 @dataclass
@@ -142,74 +148,106 @@ def write_batch(
     batch = checked.batch
     if checked.problem is not None:
         return _refuse(wh, source, batch, checked.sha, checked.problem, previous_sha)
-    status = "replaced" if previous_sha is not None else "loaded"
-    message = "manifest changed since the last load; batch replaced" if previous_sha else ""
     try:
-        byte_errors = _write(wh, source, checked, message)
+        [byte_errors] = _write(wh, source, [(checked, previous_sha)])
     except (ManifestMismatch, BatchUnreadable) as exc:
         return _refuse(wh, source, batch, checked.sha, str(exc), previous_sha)
     except wh.data_errors as exc:  # the engine refused the bytes: this batch waits, the others load
         reason = f"the {wh.kind} reader failed: " + " ".join(str(exc).split())[:500]
         return _refuse(wh, source, batch, checked.sha, reason, previous_sha)
-    return BatchResult(batch.batch_id, status, checked.rows, byte_errors, message)
+    return _written(checked, previous_sha, byte_errors)
 
 
-def _write(wh: Warehouse, source: Source, checked: CheckedBatch, message: str) -> int:
-    """The batch's lines and ledger row in one transaction; the number of lines that are not text."""
-    batch = checked.batch
+def write_batches(
+    wh: Warehouse, source: Source, group: list[tuple[CheckedBatch, str | None]]
+) -> list[BatchResult]:
+    """Write checked batches (none with a problem) in one transaction, each with its ledger row.
+
+    A batch costs a few statements whatever its size, so small batches are written together:
+    one delete, one read of all their files (DuckDB), one count, one ledger insert. When the
+    group fails on one batch (a file changed since it was checked, bytes the engine refuses),
+    nothing of it stays, and each batch is written alone, so that only that one is refused.
+    """
+    if len(group) > 1:
+        try:
+            byte_errors = _write(wh, source, group)
+        except (ManifestMismatch, BatchUnreadable, *wh.data_errors):
+            pass
+        else:
+            return [_written(c, prev, n) for (c, prev), n in zip(group, byte_errors, strict=True)]
+    return [write_batch(wh, source, checked, previous) for checked, previous in group]
+
+
+def _written(checked: CheckedBatch, previous_sha: str | None, byte_errors: int) -> BatchResult:
+    status = "replaced" if previous_sha is not None else "loaded"
+    return BatchResult(checked.batch.batch_id, status, checked.rows, byte_errors, _message(previous_sha))
+
+
+def _message(previous_sha: str | None) -> str:
+    return "manifest changed since the last load; batch replaced" if previous_sha else ""
+
+
+def _write(wh: Warehouse, source: Source, group: list[tuple[CheckedBatch, str | None]]) -> list[int]:
+    """The batches' lines and ledger rows in one transaction; per batch, its lines that are not text."""
     relation = f"{wh.target.landing_schema}.{source.table}"
-    byte_errors = 0
+    byte_errors = []
+    # the lines of an earlier version of a batch go first; a batch without one has none, since
+    # a batch's lines and its "loaded" ledger row are only ever written together
+    replaced = [checked.batch.batch_id for checked, previous in group if previous is not None]
     with wh.transaction():
-        wh.execute(f"delete from {relation} where batch_id = %s", (batch.batch_id,))
-        for file in checked.files:
-            if file.scan.lines == 0:
-                continue
-            ingest_file(wh, source.table, batch.batch_id, file.name, file.read_path)
-            if file.replaced:
-                spool = file.read_path.with_name(file.read_path.name + ".put-back.csv")
-                byte_errors += put_back(wh, source.table, batch.batch_id, file.name, file.replaced, spool)
-        written = wh.scalar(f"select count(*) from {relation} where batch_id = %s", (batch.batch_id,))
-        if written != checked.rows:  # a file changed under us since it was checked
-            raise ManifestMismatch(
-                f"{written} lines read from the files, {checked.rows} checked against _SUCCESS"
-            )
-        _record(
-            wh, source, batch, "loaded", checked.sha, len(checked.files), checked.rows, byte_errors, message
-        )
+        if replaced:
+            among = ", ".join(["%s"] * len(replaced))
+            wh.execute(f"delete from {relation} where batch_id in ({among})", replaced)
+        files = [
+            FileToRead(checked.batch.batch_id, file.name, file.read_path, file.scan.lines)
+            for checked, _ in group
+            for file in checked.files
+        ]
+        written = ingest_files(wh, source.table, files)
+        for checked, _ in group:
+            errors = 0
+            for file in checked.files:
+                if file.replaced and file.scan.lines:
+                    spool = file.read_path.with_name(file.read_path.name + ".put-back.csv")
+                    errors += put_back(
+                        wh, source.table, checked.batch.batch_id, file.name, file.replaced, spool
+                    )
+            byte_errors.append(errors)
+        for checked, _ in group:
+            if written.get(checked.batch.batch_id, 0) != checked.rows:  # a file changed since it was checked
+                raise ManifestMismatch(
+                    f"{written.get(checked.batch.batch_id, 0)} lines read from the files, "
+                    f"{checked.rows} checked against _SUCCESS"
+                )
+        ledger_rows: list[LedgerRow] = [
+            (c.batch, "loaded", c.sha, len(c.files), c.rows, errors, _message(prev))
+            for (c, prev), errors in zip(group, byte_errors, strict=True)
+        ]
+        _record(wh, source, ledger_rows)
     return byte_errors
 
 
-def _record(
-    wh: Warehouse,
-    source: Source,
-    batch: Batch,
-    status: str,
-    sha: str | None,
-    files: int,
-    rows: int,
-    byte_errors: int,
-    message: str,
-) -> None:
+# batch, status, manifest sha256, files, rows, byte errors, message
+LedgerRow = tuple[Batch, str, "str | None", int, int, int, str]
+
+
+def _record(wh: Warehouse, source: Source, rows: list[LedgerRow]) -> None:
     ledger = f"{wh.target.landing_schema}.load_ledger"
+    ids = [batch.batch_id for batch, *_ in rows]
     wh.execute(
-        f"delete from {ledger} where source_name = %s and batch_id = %s", (source.name, batch.batch_id)
+        f"delete from {ledger} where source_name = %s and batch_id in ({', '.join(['%s'] * len(ids))})",
+        [source.name, *ids],
     )
+    now = utc_now()
+    values, params = [], []
+    for batch, status, sha, files, count, byte_errors, message in rows:
+        values.append("(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)")
+        params += [source.name, batch.batch_id, status, sha, files, count, byte_errors, batch.arrived_at, now]
+        params.append(message)
     wh.execute(
         f"insert into {ledger} (source_name, batch_id, status, manifest_sha256, files, "
-        "rows_loaded, byte_errors, batch_arrived_at, loaded_at, message) "
-        "values (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-        (
-            source.name,
-            batch.batch_id,
-            status,
-            sha,
-            files,
-            rows,
-            byte_errors,
-            batch.arrived_at,
-            utc_now(),
-            message,
-        ),
+        f"rows_loaded, byte_errors, batch_arrived_at, loaded_at, message) values {', '.join(values)}",
+        params,
     )
 
 
@@ -221,7 +259,7 @@ def _refuse(
         # a bad re-delivery of a batch loaded before: keep the loaded version and its ledger row
         return BatchResult(batch.batch_id, "refused", message=message + "; the version loaded before stays")
     with wh.transaction():
-        _record(wh, source, batch, "refused", sha, 0, 0, 0, message)
+        _record(wh, source, [(batch, "refused", sha, 0, 0, 0, message)])
     return BatchResult(batch.batch_id, "refused", message=message)
 
 
@@ -243,6 +281,13 @@ def _checked_in_order(
         finally:
             for future, _ in ahead:
                 future.cancel()
+
+
+def _drop_copies(checked: CheckedBatch) -> None:
+    """Remove the sanitized copies of a batch's files once it is written (or refused)."""
+    for file in checked.files:
+        if file.read_path != checked.batch.path / file.name:
+            file.read_path.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager
@@ -309,21 +354,36 @@ def load_source(
     spool = Path(
         tempfile.mkdtemp(prefix=f"dayclose-{source.name}-", dir=os.environ.get("DAYCLOSE_SPOOL_DIR"))
     )
+    group: list[tuple[CheckedBatch, str | None]] = []
+
+    def flush() -> None:
+        before = len(report.results) // 24
+        report.results.extend(write_batches(wh, source, group))
+        for checked, _ in group:
+            _drop_copies(checked)
+        group.clear()
+        done = len(report.results)
+        if progress and (done // 24 > before or done == len(todo)):
+            progress(f"{source.name}: {done}/{len(todo)} batches, {report.rows_loaded:,} lines loaded")
+
     try:
         with _bounded_memory(wh), contextlib.closing(_checked_in_order(todo, spool)) as checked_batches:
-            for done, (checked, previous) in enumerate(checked_batches, start=1):
-                result = write_batch(wh, source, checked, previous)
-                report.results.append(result)
-                for file in checked.files:
-                    if file.read_path != checked.batch.path / file.name:
-                        file.read_path.unlink(missing_ok=True)
-                if progress and (done % 24 == 0 or done == len(todo)):
-                    progress(
-                        f"{source.name}: {done}/{len(todo)} batches, {report.rows_loaded:,} lines loaded"
-                    )
+            for checked, previous in checked_batches:
+                if checked.problem is not None:  # refused alone, after the batches before it
+                    if group:
+                        flush()
+                    report.results.append(write_batch(wh, source, checked, previous))
+                    continue
+                group.append((checked, previous))
+                if sum(c.rows for c, _ in group) >= GROUP_LINES or len(group) >= GROUP_BATCHES:
+                    flush()
+            if group:
+                flush()
     finally:
         shutil.rmtree(spool, ignore_errors=True)
     if wh.kind == "postgres" and report.loaded:
-        wh.execute(f"analyze {wh.target.landing_schema}.{source.table}")  # plans for the new rows
+        relation = f"{wh.target.landing_schema}.{source.table}"
+        wh.execute(f"analyze {relation}")  # plans for the new rows
+        wh.execute("select brin_summarize_new_values(%s::regclass)", (f"{relation}_batch_brin",))
     report.seconds = time.monotonic() - started
     return report
