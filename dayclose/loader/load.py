@@ -26,9 +26,10 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -45,7 +46,7 @@ from dayclose.warehouse import Warehouse
 RECHECK_DAYS = 35  # loaded batches younger than this are checked for a changed manifest
 GROUP_LINES = 500_000  # batches written in one transaction: up to this many lines ...
 GROUP_BATCHES = 256  # ... or this many batches
-LOOK_AHEAD = GROUP_BATCHES  # batches checked (in a thread) ahead of the ones being written
+LOOK_AHEAD = GROUP_BATCHES  # batches checked (in a thread) ahead of the ones being written, at most
 
 
 @dataclass
@@ -266,21 +267,53 @@ def _refuse(
 def _checked_in_order(
     todo: list[tuple[Batch, str | None]], spool: Path
 ) -> Iterator[tuple[CheckedBatch, str | None]]:
-    """The batches checked oldest first, up to LOOK_AHEAD of them ahead in a thread."""
-    with ThreadPoolExecutor(1, thread_name_prefix="dayclose-check") as pool:
-        ahead: list[tuple[Future[CheckedBatch], str | None]] = []
-        items = iter(todo)
+    """The batches checked oldest first, by a thread that stays ahead of the writer by at most
+    GROUP_LINES lines and LOOK_AHEAD batches: enough to check the next group while one is
+    written, and few enough that sanitized copies in the spool stay bounded by lines, not
+    by how many batches are waiting."""
+    ready: deque[tuple[CheckedBatch, str | None]] = deque()
+    cond = threading.Condition()
+    state: dict = {"lines": 0, "done": False, "stop": False, "error": None}
+
+    def work() -> None:
         try:
-            while True:
-                while len(ahead) <= LOOK_AHEAD and (item := next(items, None)) is not None:
-                    ahead.append((pool.submit(check_batch, item[0], spool), item[1]))
-                if not ahead:
-                    return
-                future, previous = ahead.pop(0)
-                yield future.result(), previous
+            for batch, previous in todo:
+                checked = check_batch(batch, spool)
+                with cond:
+                    while not state["stop"] and (len(ready) >= LOOK_AHEAD or state["lines"] >= GROUP_LINES):
+                        cond.wait()
+                    if state["stop"]:
+                        return
+                    ready.append((checked, previous))
+                    state["lines"] += checked.rows
+                    cond.notify_all()
+        except BaseException as exc:  # handed to the writer, which raises it
+            state["error"] = exc
         finally:
-            for future, _ in ahead:
-                future.cancel()
+            with cond:
+                state["done"] = True
+                cond.notify_all()
+
+    thread = threading.Thread(target=work, name="dayclose-check", daemon=True)
+    thread.start()
+    try:
+        while True:
+            with cond:
+                while not ready and not state["done"]:
+                    cond.wait()
+                if not ready:
+                    if state["error"] is not None:
+                        raise state["error"]
+                    return
+                item = ready.popleft()
+                state["lines"] -= item[0].rows
+                cond.notify_all()
+            yield item
+    finally:
+        with cond:
+            state["stop"] = True
+            cond.notify_all()
+        thread.join()
 
 
 def _drop_copies(checked: CheckedBatch) -> None:
