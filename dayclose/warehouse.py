@@ -72,6 +72,11 @@ class Warehouse:
             return f"nullif(regexp_extract({expression}, '{pattern}', 1), '')"
         return f"substring({expression} from '{pattern}')"
 
+    @staticmethod
+    def placeholders(n: int) -> str:
+        """`%s, %s, ...` for a list of n parameters (`in (...)`)."""
+        return ", ".join(["%s"] * n)
+
     def scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
         rows = self.query(sql, params)
         return rows[0][0] if rows else None

@@ -127,7 +127,7 @@ def ingest_files(wh: Warehouse, table: str, files: Sequence[FileToRead]) -> dict
             [[str(f.path) for f in files], *params],
         )
         ids = sorted({f.batch_id for f in files})
-        among = ", ".join(["%s"] * len(ids))
+        among = wh.placeholders(len(ids))
         counted = f"select batch_id, count(*) from {relation} where batch_id in ({among}) group by 1"
         return dict(wh.query(counted, ids))
     for f in files:

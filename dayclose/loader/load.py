@@ -197,8 +197,9 @@ def _write(wh: Warehouse, source: Source, group: list[tuple[CheckedBatch, str | 
     replaced = [checked.batch.batch_id for checked, previous in group if previous is not None]
     with wh.transaction():
         if replaced:
-            among = ", ".join(["%s"] * len(replaced))
-            wh.execute(f"delete from {relation} where batch_id in ({among})", replaced)
+            wh.execute(
+                f"delete from {relation} where batch_id in ({wh.placeholders(len(replaced))})", replaced
+            )
         files = [
             FileToRead(checked.batch.batch_id, file.name, file.read_path, file.scan.lines)
             for checked, _ in group
@@ -236,7 +237,7 @@ def _record(wh: Warehouse, source: Source, rows: list[LedgerRow]) -> None:
     ledger = f"{wh.target.landing_schema}.load_ledger"
     ids = [batch.batch_id for batch, *_ in rows]
     wh.execute(
-        f"delete from {ledger} where source_name = %s and batch_id in ({', '.join(['%s'] * len(ids))})",
+        f"delete from {ledger} where source_name = %s and batch_id in ({wh.placeholders(len(ids))})",
         [source.name, *ids],
     )
     now = utc_now()

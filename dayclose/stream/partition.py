@@ -170,13 +170,6 @@ class PartitionProcessor:
 
     def _dead_readings(self, batch: Readings, arrival_ms: int, dead) -> np.ndarray:
         """Mark readings that cannot be scored, dead-letter each with its reason; the valid mask."""
-        if (
-            not batch.problems
-            and batch.verdict.max() <= 1
-            and batch.event_ms.max() <= arrival_ms + self.th.future_tolerance_ms
-            and np.isfinite(batch.sensors.sum())  # NaN or an infinity anywhere makes the sum so
-        ):
-            return np.ones(len(batch), dtype=bool)  # the usual message: every reading valid
         finite = np.isfinite(batch.sensors).all(axis=0)
         verdict_ok = batch.verdict <= 1
         in_time = batch.event_ms <= arrival_ms + self.th.future_tolerance_ms

@@ -214,7 +214,8 @@ def _parse_time_ms(text: object) -> int:
 
 
 _STAMP = b"0000-00-00T00:00:00.000Z"  # the form the fast path reads: UTC, milliseconds
-_DIGITS = np.frombuffer(_STAMP, dtype=np.uint8) == ord("0")
+_FORM = np.frombuffer(_STAMP, dtype=np.uint8)
+_DIGITS = np.equal(_FORM, ord("0"))  # where a digit goes
 
 
 @numba.njit(cache=True, nogil=True)
@@ -235,9 +236,9 @@ def _stamps_ms(chars: np.ndarray, digits: np.ndarray, form: np.ndarray) -> np.nd
         milli = d[20] * 100 + d[21] * 10 + d[22]
         leap = year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)
         days_in = (31, 29 if leap else 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
-        if not (1 <= month <= 12 and 1 <= day <= days_in[month - 1] and hour < 24 and minute < 60):
-            return np.empty(0, dtype=np.int64)
-        if second > 59:
+        if not (
+            1 <= month <= 12 and 1 <= day <= days_in[month - 1] and hour < 24 and minute < 60 and second < 60
+        ):
             return np.empty(0, dtype=np.int64)
         y = year - 1 if month <= 2 else year  # days from 1970-01-01 (H. Hinnant's days_from_civil)
         era = y // 400
@@ -265,9 +266,6 @@ def _utc_ms(stamps: list[str]) -> np.ndarray | None:
         return np.array([t[:-1] for t in stamps], dtype="datetime64[ms]").astype(np.int64)
     except ValueError:
         return None
-
-
-_FORM = np.frombuffer(_STAMP, dtype=np.uint8)
 
 
 def warm_up() -> None:
