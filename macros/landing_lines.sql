@@ -177,6 +177,11 @@ select * from final
     cost follows the new data, not the history. `lines` is the source's validated lines;
     `value_columns` are the columns kept from the first copy beside the key and times.
 
+    An incremental build returns only what changes (strategy first_arrivals below): new
+    events, and revised ones (is_revised: a line loaded now arrived before the known first
+    arrival, or the known one was in a replaced batch), which replace their row. A known
+    first arrival that stays first is not returned, so the registry is not rewritten.
+
     A batch replaced by a new manifest: its events' first arrivals are recomputed from every
     copy left; an event with no copy left gets a row marked batch_id '(vanished)', which
     replaces its old row and which the post_hook vanished_first_arrivals() then deletes.
@@ -193,7 +198,8 @@ with
 
 new_lines as (
 
-    select {{ columns | join(', ') }} from {{ lines }}
+    select {{ columns | join(', ') }}, 0 as is_registered, 0 as replaces_registered
+    from {{ lines }}
     where is_valid and {{ dayclose.batch_in(new_batches) }}
 
 ),
@@ -203,7 +209,13 @@ new_lines as (
 known as (
 
     -- first arrivals already known of the new lines' events (but those in replaced batches)
-    select {% for c in columns %}known.{{ c }}{{ ', ' if not loop.last }}{% endfor %}
+    select
+        {%- for c in columns %}
+        known.{{ c }},
+        {%- endfor %}
+        1 as is_registered,
+        1 as replaces_registered
+
     from {{ this }} as known
     inner join (select distinct {{ keys | join(', ') }} from new_lines) as new_keys
         on {{ dayclose.keys_equal(keys, 'known', 'new_keys') }}
@@ -223,7 +235,14 @@ stale_keys as (
 
 copies_of_stale as (
 
-    select {% for c in columns %}lines.{{ c }}{{ ', ' if not loop.last }}{% endfor %}
+    -- every copy left of those events: their registered row is replaced
+    select
+        {%- for c in columns %}
+        lines.{{ c }},
+        {%- endfor %}
+        0 as is_registered,
+        1 as replaces_registered
+
     from {{ lines }} as lines
     inner join stale_keys
         on {{ dayclose.keys_equal(keys, 'lines', 'stale_keys') }}
@@ -252,7 +271,12 @@ ranked as (
         *,
         row_number() over (
             partition by {{ keys | join(', ') }} order by {{ dayclose.arrival_order() }}
-        ) as arrival_rank
+        ) as arrival_rank,
+        {%- if is_incremental() %}
+        max(replaces_registered) over (partition by {{ keys | join(', ') }}) as has_registered_row
+        {%- else %}
+        0 as has_registered_row
+        {%- endif %}
 
     from candidates
 
@@ -260,8 +284,13 @@ ranked as (
 
 first_copies as (
 
-    select {{ columns | join(', ') }} from ranked
-    where arrival_rank = 1
+    -- the first copy of each event, but a registered one that stays first (nothing changes)
+    select
+        {{ columns | join(', ') }},
+        has_registered_row = 1 as is_revised
+
+    from ranked
+    where arrival_rank = 1 and is_registered = 0
 
 ),
 {%- if replaced %}
@@ -270,8 +299,9 @@ vanished as (
 
     select
         {%- for c in columns %}
-        {% if c in keys %}stale_keys.{{ c }}{% elif c == 'batch_id' %}'(vanished)'{% else %}first_copies.{{ c }}{% endif %} as {{ c }}{{ ',' if not loop.last }}
+        {% if c in keys %}stale_keys.{{ c }}{% elif c == 'batch_id' %}'(vanished)'{% else %}first_copies.{{ c }}{% endif %} as {{ c }},
         {%- endfor %}
+        true as is_revised
 
     from stale_keys
     left join first_copies
@@ -295,6 +325,29 @@ select * from final
 {% endmacro %}
 
 
+{#
+    Incremental strategy first_arrivals, of the first-arrivals models (config
+    incremental_strategy: first_arrivals, unique_key: the event key): the build returns new
+    events and revised ones; only the revised ones have a registered row, deleted before the
+    insert. delete+insert would look every new event up in the whole registry to delete
+    nothing; here the look-up is for the revised events only, most nights none.
+#}
+{% macro get_incremental_first_arrivals_sql(arg_dict) %}
+    {%- set target = arg_dict["target_relation"] -%}
+    {%- set source = arg_dict["temp_relation"] -%}
+    {%- set keys = arg_dict["unique_key"] -%}
+    {%- set keys = [keys] if keys is string else keys -%}
+    {%- set dest_cols_csv = get_quoted_csv(arg_dict["dest_columns"] | map(attribute="name")) -%}
+
+    delete from {{ target }} as registered
+    using (select {{ keys | join(', ') }} from {{ source }} where is_revised) as revised
+    where {{ dayclose.keys_equal(keys, 'registered', 'revised') }};
+
+    insert into {{ target }} ({{ dest_cols_csv }})
+    select {{ dest_cols_csv }} from {{ source }}
+{% endmacro %}
+
+
 {# SQL condition: the `keys` columns of `left` and `right` are equal. #}
 {% macro keys_equal(keys, left, right) -%}
     {% for k in keys %}{{ left }}.{{ k }} = {{ right }}.{{ k }}{{ ' and ' if not loop.last }}{% endfor %}
@@ -309,10 +362,12 @@ select * from final
 
 {#
     The body of <source>_conflicting_copies: each valid copy of an event, among the lines of
-    the day being built, whose values differ from the event's first arrival (which may be
-    on another day, or in another batch long ago). The first arrival is what counts; the
+    the days the run rebuilds, whose values differ from the event's first arrival (which may
+    be on another day, or in another batch long ago). The first arrival is what counts; the
     copy is recorded here with both lines, for analysts, and a gate warns. `compared` are
-    the columns a copy must agree on (the event time and the values).
+    the columns a copy must agree on (the event time and the values). Built for all the
+    rebuilt days in one statement (rebuilt_days_incremental): the look-up of first arrivals
+    reads the whole registry, once per run, not once per day.
 #}
 {% macro conflicting_copies(source_name, lines, compared) %}
 {%- set entry = dayclose.landing_source(source_name) -%}
@@ -322,16 +377,16 @@ with
 
 copies as (
 
-    -- the day's lines (dbt limits them to the batch's day through their event_time)
+    -- the valid lines of the days the run rebuilds
     select * from {{ lines }}
-    where is_valid
+    where is_valid and {{ dayclose.in_rebuilt_days(source_name, entry['event_at']) }}
 
 ),
 
 first_arrivals as (
 
     -- every first arrival, whatever its day: a copy may come days after its first arrival
-    select * from {{ ref(entry['events_model']).render() }}
+    select * from {{ ref(entry['events_model']) }}
 
 ),
 
@@ -378,6 +433,33 @@ conflicts as (
 
 ),
 
+conflict_lines as (
+
+    -- the lines of the conflicts, both copies: their raw text is looked up for these only
+    select first_batch_id as batch_id, first_file_name as file_name, first_line_number as line_number
+    from conflicts
+    union
+    select batch_id, file_name, line_number from conflicts
+
+),
+
+raw_lines as (
+
+    select
+        staged.batch_id,
+        staged.file_name,
+        staged.line_number,
+        staged.raw_line
+
+    from staged
+    inner join conflict_lines
+        on
+            staged.batch_id = conflict_lines.batch_id
+            and staged.file_name = conflict_lines.file_name
+            and staged.line_number = conflict_lines.line_number
+
+),
+
 final as (
 
     select
@@ -386,12 +468,12 @@ final as (
         copy_lines.raw_line as copy_raw_line
 
     from conflicts
-    left join staged as first_lines
+    left join raw_lines as first_lines
         on
             conflicts.first_batch_id = first_lines.batch_id
             and conflicts.first_file_name = first_lines.file_name
             and conflicts.first_line_number = first_lines.line_number
-    left join staged as copy_lines
+    left join raw_lines as copy_lines
         on
             conflicts.batch_id = copy_lines.batch_id
             and conflicts.file_name = copy_lines.file_name

@@ -53,3 +53,43 @@
         'tags': [source_name],
     }) }}
 {% endmacro %}
+
+
+{#
+    The config of a model of a source rebuilt per run over the days the run rebuilds
+    (rebuilt_range) in one statement, not day by day: a pre_hook deletes the rows of those
+    days and the model's select, limited to them, inserts them again, in one transaction,
+    so each day is overwritten whole and a reader sees the old days or the new ones. For
+    models whose every day needs a look-up in the whole history (conflicting copies: a copy
+    may come months after its first arrival), where one look-up per day would make the
+    nightly cost grow with the history. In the model:
+    {{ config(**dayclose.rebuilt_days_incremental('sales', 'sale_date')) }}
+#}
+{% macro rebuilt_days_incremental(source_name, event_date) %}
+    {{ return({
+        'materialized': 'incremental',
+        'incremental_strategy': 'append',
+        'event_time': event_date,
+        'pre_hook': "{{ dayclose.delete_rebuilt_days('" ~ source_name ~ "', '" ~ event_date ~ "') }}",
+        'on_schema_change': 'fail',
+        'tags': [source_name],
+    }) }}
+{% endmacro %}
+
+
+{# pre_hook of a rebuilt_days_incremental model: delete its rows of the days this run rebuilds. #}
+{% macro delete_rebuilt_days(source_name, event_date) %}
+    {%- if is_incremental() -%}
+        {%- set rebuilt = dayclose.rebuilt_range(source_name) -%}
+        delete from {{ this }}
+        where {{ event_date }} >= cast('{{ rebuilt[0] }}' as date) and {{ event_date }} < cast('{{ rebuilt[1] }}' as date)
+    {%- endif -%}
+{% endmacro %}
+
+
+{# SQL condition: `event_at` (a timestamp column) is in the days this run rebuilds. #}
+{% macro in_rebuilt_days(source_name, event_at) -%}
+    {%- set rebuilt = dayclose.rebuilt_range(source_name) -%}
+    {{ event_at }} >= {{ dayclose.timestamp_literal(rebuilt[0] ~ ' 00:00:00') }}
+    and {{ event_at }} < {{ dayclose.timestamp_literal(rebuilt[1] ~ ' 00:00:00') }}
+{%- endmacro %}

@@ -3,6 +3,7 @@ and cross-day resends, missed nights, and readers that must never block the writ
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from datetime import date
@@ -16,6 +17,7 @@ from dayclose.generate import generate_sales, read_sales_truth
 from dayclose.jobs import run_nightly
 from dayclose.publish import readers_file
 from dayclose.settings import Target
+from dayclose.warehouse import Warehouse
 from tests.helpers import daily_sales, sale, steady_production, table, ts, unit, write_batch
 
 MONDAY = "2026-11-23"
@@ -124,6 +126,69 @@ def test_a_resend_on_another_day_counts_once(engine: Target, landing: Path) -> N
         engine, "select sale_date, first_sale_date from {schema}_published.sales_conflicting_copies"
     )
     assert (str(copy_day), str(first_day)) == ("2026-11-22", "2026-11-10")
+
+
+def test_an_earlier_copy_loaded_later_revises_the_first_arrival(engine: Target, landing: Path) -> None:
+    """Hour 09's batch waits for its marker while hour 15's, with a copy of the same sale, is
+    loaded: the sale is registered at 15's copy. Once 09 is loaded, its copy is the first
+    arrival: the sale's registered row is replaced (is_revised), never doubled."""
+    early = [sale("e1", "S-001", "2026-11-23T09:00:00Z", "2026-11-23T09:01:00Z", "4.00")]
+    folder = write_batch(landing, "2026-11-23T09", early, sealed=False)
+    write_batch(
+        landing,
+        "2026-11-23T15",
+        [
+            sale("e1", "S-001", "2026-11-23T09:00:00Z", "2026-11-23T15:01:00Z", "4.00"),
+            sale("e2", "S-002", "2026-11-23T15:00:00Z", "2026-11-23T15:01:00Z", "6.00"),
+        ],
+    )
+    first = run(engine, landing, "2026-11-24T00:30")
+    assert first.ok and first.load.waiting == ["2026-11-23T09"], first.lines()
+    registry = "select event_id, batch_id, is_revised from {schema}.int_sales_deduplicated order by event_id"
+    assert table(engine, registry) == [("e1", "2026-11-23T15", False), ("e2", "2026-11-23T15", False)]
+    shutil.rmtree(folder)
+    write_batch(landing, "2026-11-23T09", early)
+    second = run(engine, landing, "2026-11-24T00:30")
+    assert second.ok and second.published, second.lines()
+    assert table(engine, registry) == [("e1", "2026-11-23T09", True), ("e2", "2026-11-23T15", False)]
+    assert daily_sales(engine) == {
+        (MONDAY, "S-001"): (Decimal("4.00"), 1),
+        (MONDAY, "S-002"): (Decimal("6.00"), 1),
+    }
+
+
+def test_a_damaged_registry_blocks_publication(engine: Target, landing: Path) -> None:
+    """The first-arrival registry decides what counts: an event registered twice, or a valid
+    line whose event is missing from it, fails the gate and nothing reaches readers."""
+    write_batch(
+        landing,
+        "2026-11-23T10",
+        [
+            sale("a1", "S-001", "2026-11-23T10:00:00Z", "2026-11-23T10:01:00Z"),
+            sale("a2", "S-002", "2026-11-23T10:00:00Z", "2026-11-23T10:01:00Z"),
+        ],
+    )
+    assert run(engine, landing, "2026-11-24T00:30").ok
+    before = daily_sales(engine)
+    registry = f"{engine.schema}.int_sales_deduplicated"
+    with Warehouse(engine) as wh:
+        if engine.duckdb_path is None:  # Postgres: its unique index would refuse the damage
+            for (index,) in wh.query(
+                "select indexname from pg_indexes where schemaname = %s and tablename = %s",
+                (engine.schema, "int_sales_deduplicated"),
+            ):
+                wh.execute(f'drop index {engine.schema}."{index}"')
+        wh.execute(f"insert into {registry} select * from {registry} where event_id = 'a1'")
+        wh.execute(f"delete from {registry} where event_id = 'a2'")
+    summary = run(engine, landing, "2026-11-24T00:30")
+    assert not summary.published and summary.status == "gates failed", summary.lines()
+    problems = table(
+        engine,
+        "select event_id, problem from {schema}_dbt_test__audit.sales_first_arrivals_account_for_lines "
+        "order by event_id",
+    )
+    assert problems == [("a1", "event registered more than once"), ("a2", "valid line without an event")]
+    assert daily_sales(engine) == before
 
 
 def test_missed_nights_are_caught_up_and_readers_told_the_truth(

@@ -2,16 +2,15 @@
     Gate first_arrivals_account_for_lines, on a source's events model (each event once,
     at its first arrival): for the days the run rebuilt, every valid line known as of the
     run is an event there (nothing lost), that event's first arrival is a valid line that
-    exists (nothing invented) and no copy arrived before it (the first is the first).
+    exists (nothing invented), no copy arrived before it (the first is the first) and it
+    is registered once.
     Rows name the event, the line and what is wrong.
 #}
 {% test first_arrivals_account_for_lines(model, source_name, lines) %}
 {%- set entry = dayclose.landing_source(source_name) -%}
-{%- set rebuilt = dayclose.rebuilt_range(source_name) -%}
 {%- set keys = entry['event_key'] -%}
 {%- set in_rebuilt_days -%}
-    {{ entry['event_at'] }} >= {{ dayclose.timestamp_literal(rebuilt[0] ~ ' 00:00:00') }}
-    and {{ entry['event_at'] }} < {{ dayclose.timestamp_literal(rebuilt[1] ~ ' 00:00:00') }}
+    {{ dayclose.in_rebuilt_days(source_name, entry['event_at']) }}
     and batch_completed_at <= {{ dayclose.as_of_at() }}
 {%- endset -%}
 
@@ -24,9 +23,20 @@ valid_lines as (
 
 ),
 
-first_arrivals as (
+registered_for_lines as (
+
+    -- the registered events of the valid lines (the whole registry is never copied)
+    select registered.*
+    from {{ model }} as registered
+    inner join (select distinct {{ keys | join(', ') }} from valid_lines) as line_keys
+        on {{ dayclose.keys_equal(keys, 'registered', 'line_keys') }}
+
+),
+
+rebuilt_days_events as (
 
     select * from {{ model }}
+    where {{ in_rebuilt_days }}
 
 ),
 
@@ -51,7 +61,7 @@ lines_checked as (
         end as problem
 
     from valid_lines
-    left join first_arrivals
+    left join registered_for_lines as first_arrivals
         on {{ dayclose.keys_equal(keys, 'valid_lines', 'first_arrivals') }}
 
 ),
@@ -67,7 +77,7 @@ events_checked as (
         first_arrivals.line_number,
         'first arrival that is not a valid line' as problem
 
-    from (select * from first_arrivals where {{ in_rebuilt_days }}) as first_arrivals
+    from rebuilt_days_events as first_arrivals
     left join valid_lines
         on
             first_arrivals.batch_id = valid_lines.batch_id
@@ -77,12 +87,31 @@ events_checked as (
 
 ),
 
+registered_twice as (
+
+    select
+        {%- for k in keys %}
+        {{ k }},
+        {%- endfor %}
+        min(batch_id) as batch_id,
+        min(file_name) as file_name,
+        min(line_number) as line_number,
+        'event registered more than once' as problem
+
+    from registered_for_lines
+    group by {{ keys | join(', ') }}
+    having count(*) > 1
+
+),
+
 final as (
 
     select * from lines_checked
     where problem is not null
     union all
     select * from events_checked
+    union all
+    select * from registered_twice
 
 )
 

@@ -25,8 +25,7 @@ first_arrivals as (
 
     select * from {{ ref(entry['events_model']) }}
     where
-        {{ entry['event_at'] }} >= {{ dayclose.timestamp_literal(rebuilt[0] ~ ' 00:00:00') }}
-        and {{ entry['event_at'] }} < {{ dayclose.timestamp_literal(rebuilt[1] ~ ' 00:00:00') }}
+        {{ dayclose.in_rebuilt_days(source_name, entry['event_at']) }}
         and batch_completed_at <= {{ dayclose.as_of_at() }}
 
 ),
