@@ -193,6 +193,7 @@ select * from final
 {%- set replaced = dayclose.replaced_batches(new_batches) if is_incremental() else [] -%}
 {%- set columns = keys + ['batch_id', 'batch_loaded_at', 'batch_completed_at', 'file_name', 'line_number',
     'received_at', entry['event_at'], entry['event_date']] + value_columns -%}
+{%- set order_columns = (dayclose.arrival_order() | trim).split(', ') -%}
 
 with
 
@@ -204,25 +205,6 @@ new_lines as (
 
 ),
 
-{%- if is_incremental() %}
-
-known as (
-
-    -- first arrivals already known of the new lines' events (but those in replaced batches)
-    select
-        {%- for c in columns %}
-        known.{{ c }},
-        {%- endfor %}
-        1 as is_registered,
-        1 as replaces_registered
-
-    from {{ this }} as known
-    inner join (select distinct {{ keys | join(', ') }} from new_lines) as new_keys
-        on {{ dayclose.keys_equal(keys, 'known', 'new_keys') }}
-    where not {{ dayclose.batch_in(replaced, 'known.batch_id') }}
-
-),
-{%- endif %}
 {%- if replaced %}
 
 stale_keys as (
@@ -256,7 +238,21 @@ candidates as (
     select * from new_lines
     {%- if is_incremental() %}
     union all
-    select * from known
+    -- the first arrivals already known of the new lines' events (but those in replaced
+    -- batches): their arrival order only, as a known one that stays first is not returned
+    -- (the fewer columns, the less of the registry is read; inline, so that the nulls take
+    -- the types of new_lines)
+    select
+        {%- for c in columns %}
+        {% if c in keys or c in order_columns %}known.{{ c }}{% else %}null{% endif %},
+        {%- endfor %}
+        1 as is_registered,
+        1 as replaces_registered
+
+    from {{ this }} as known
+    inner join (select distinct {{ keys | join(', ') }} from new_lines) as new_keys
+        on {{ dayclose.keys_equal(keys, 'known', 'new_keys') }}
+    where not {{ dayclose.batch_in(replaced, 'known.batch_id') }}
     {%- endif %}
     {%- if replaced %}
     union all
