@@ -373,9 +373,9 @@ with
 
 copies as (
 
-    -- the valid lines of the days the run rebuilds
+    -- the valid lines of the days the run rebuilds (on a first build, from the begin)
     select * from {{ lines }}
-    where is_valid and {{ dayclose.in_rebuilt_days(source_name, entry['event_at']) }}
+    where is_valid and {{ dayclose.in_rebuilt_days(source_name, entry['event_at'], built=true) }}
 
 ),
 

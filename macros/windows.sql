@@ -87,9 +87,19 @@
 {% endmacro %}
 
 
-{# SQL condition: `event_at` (a timestamp column) is in the days this run rebuilds. #}
-{% macro in_rebuilt_days(source_name, event_at) -%}
+{#
+    SQL condition: `event_at` (a timestamp column) is in the days this run rebuilds. With
+    `built=true`, in the days the model being built covers: the same, but on a first build or
+    a full refresh from the microbatch models' begin at the latest (as they do), so that a
+    plain `dbt build --full-refresh` does not leave a rebuilt_days_incremental model with the
+    window's days only.
+#}
+{% macro in_rebuilt_days(source_name, event_at, built=false) -%}
     {%- set rebuilt = dayclose.rebuilt_range(source_name) -%}
-    {{ event_at }} >= {{ dayclose.timestamp_literal(rebuilt[0] ~ ' 00:00:00') }}
+    {%- set first_day = rebuilt[0] -%}
+    {%- if built and not is_incremental() -%}
+        {%- set first_day = [first_day, dayclose.microbatch_begin()] | min -%}
+    {%- endif -%}
+    {{ event_at }} >= {{ dayclose.timestamp_literal(first_day ~ ' 00:00:00') }}
     and {{ event_at }} < {{ dayclose.timestamp_literal(rebuilt[1] ~ ' 00:00:00') }}
 {%- endmacro %}

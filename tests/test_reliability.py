@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from dayclose import dbt_runner as dbt
 from dayclose import jobs
 from dayclose.generate import generate_sales, read_sales_truth
 from dayclose.jobs import run_nightly
@@ -126,6 +127,17 @@ def test_a_resend_on_another_day_counts_once(engine: Target, landing: Path) -> N
         engine, "select sale_date, first_sale_date from {schema}_published.sales_conflicting_copies"
     )
     assert (str(copy_day), str(first_day)) == ("2026-11-22", "2026-11-10")
+    # plain dbt, a week later, rebuilds the conflicting copies from scratch: the copy's day has
+    # left the nightly window, but the model covers the microbatch models' begin, as they do
+    outcome = dbt.invoke(
+        engine,
+        dbt.dbt_args(engine, ["run", "--select", "sales_conflicting_copies", "--full-refresh"], quiet=True),
+        run_vars={"as_of": ts("2026-12-01T00:30")},
+    )
+    assert outcome.success, outcome.error
+    assert table(engine, "select event_id, sale_date from {schema}.sales_conflicting_copies") == [
+        ("x1", date(2026, 11, 22))
+    ]
 
 
 def test_an_earlier_copy_loaded_later_revises_the_first_arrival(engine: Target, landing: Path) -> None:
