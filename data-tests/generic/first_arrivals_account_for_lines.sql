@@ -23,13 +23,24 @@ valid_lines as (
 
 ),
 
-registered_for_lines as (
+lines_registered as (
 
-    -- the registered events of the valid lines (the whole registry is never copied)
-    select registered.*
-    from {{ model }} as registered
-    inner join (select distinct {{ keys | join(', ') }} from valid_lines) as line_keys
-        on {{ dayclose.keys_equal(keys, 'registered', 'line_keys') }}
+    -- each valid line with its event's registered first arrival(s): one look-up in the
+    -- registry (an index on Postgres), used by both checks below
+    select
+        {%- for k in keys %}
+        valid_lines.{{ k }},
+        {%- endfor %}
+        valid_lines.batch_id,
+        valid_lines.file_name,
+        valid_lines.line_number,
+        valid_lines.received_at,
+        first_arrivals.batch_id as first_batch_id,
+        first_arrivals.received_at as first_received_at
+
+    from valid_lines
+    left join {{ model }} as first_arrivals
+        on {{ dayclose.keys_equal(keys, 'valid_lines', 'first_arrivals') }}
 
 ),
 
@@ -44,25 +55,20 @@ lines_checked as (
 
     select
         {%- for k in keys %}
-        valid_lines.{{ k }},
+        {{ k }},
         {%- endfor %}
-        valid_lines.batch_id,
-        valid_lines.file_name,
-        valid_lines.line_number,
+        batch_id,
+        file_name,
+        line_number,
         case
-            when first_arrivals.batch_id is null then 'valid line without an event'
+            when first_batch_id is null then 'valid line without an event'
             when
-                valid_lines.batch_id < first_arrivals.batch_id
-                or (
-                    valid_lines.batch_id = first_arrivals.batch_id
-                    and valid_lines.received_at < first_arrivals.received_at
-                )
+                batch_id < first_batch_id
+                or (batch_id = first_batch_id and received_at < first_received_at)
                 then 'a copy arrived before the first arrival'
         end as problem
 
-    from valid_lines
-    left join registered_for_lines as first_arrivals
-        on {{ dayclose.keys_equal(keys, 'valid_lines', 'first_arrivals') }}
+    from lines_registered
 
 ),
 
@@ -89,17 +95,18 @@ events_checked as (
 
 registered_twice as (
 
+    -- a line whose event has more than one registered row
     select
         {%- for k in keys %}
         {{ k }},
         {%- endfor %}
-        min(batch_id) as batch_id,
-        min(file_name) as file_name,
-        min(line_number) as line_number,
+        batch_id,
+        file_name,
+        line_number,
         'event registered more than once' as problem
 
-    from registered_for_lines
-    group by {{ keys | join(', ') }}
+    from lines_registered
+    group by {{ keys | join(', ') }}, batch_id, file_name, line_number
     having count(*) > 1
 
 ),
