@@ -317,7 +317,10 @@ final as (
 
 )
 
+-- in event-time order, so that the registry grows in that order and a look-up of some
+-- days' events reads only those days' row groups on DuckDB (registered_for_lines)
 select * from final
+order by {{ entry['event_at'] }}
 {% endmacro %}
 
 
@@ -344,6 +347,38 @@ select * from final
 {% endmacro %}
 
 
+{#
+    A select of the registered first arrivals (`registry`, a first-arrivals model) that the
+    lines of CTE `lines` need: every registered event of the days the run rebuilds
+    (in_rebuilt_days, with `built`), and, for the lines whose event has none there, their
+    registered rows on other days (a copy whose event time differs from its first
+    arrival's). The registry grows in event-time order, so on DuckDB the first part reads
+    only the row groups of those days; the second reads the whole registry, but only when
+    some line needs it (most nights none: an empty look-up ends the scan). So the cost
+    follows the window, not the history. An event of those days registered a second time
+    on another day is not looked for there.
+#}
+{% macro registered_for_lines(source_name, registry, lines, built=false) %}
+{%- set entry = dayclose.landing_source(source_name) -%}
+{%- set keys = entry['event_key'] -%}
+    select * from {{ registry }} as registry
+    where {{ dayclose.in_rebuilt_days(source_name, 'registry.' ~ entry['event_at'], built=built) }}
+    union all
+    select registry.*
+    from {{ registry }} as registry
+    inner join (
+        select distinct {{ keys | join(', ') }} from {{ lines }}
+        where not exists (
+            select 1 from {{ registry }} as registered
+            where
+                {{ dayclose.in_rebuilt_days(source_name, 'registered.' ~ entry['event_at'], built=built) }}
+                and {{ dayclose.keys_equal(keys, 'registered', lines) }}
+        )
+    ) as registered_elsewhere
+        on {{ dayclose.keys_equal(keys, 'registry', 'registered_elsewhere') }}
+{% endmacro %}
+
+
 {# SQL condition: the `keys` columns of `left` and `right` are equal. #}
 {% macro keys_equal(keys, left, right) -%}
     {% for k in keys %}{{ left }}.{{ k }} = {{ right }}.{{ k }}{{ ' and ' if not loop.last }}{% endfor %}
@@ -362,8 +397,8 @@ select * from final
     be on another day, or in another batch long ago). The first arrival is what counts; the
     copy is recorded here with both lines, for analysts, and a gate warns. `compared` are
     the columns a copy must agree on (the event time and the values). Built for all the
-    rebuilt days in one statement (rebuilt_days_incremental): the look-up of first arrivals
-    reads the whole registry, once per run, not once per day.
+    rebuilt days in one statement (rebuilt_days_incremental), with one look-up of first
+    arrivals per run that reads the registry's rows of those days (registered_for_lines).
 #}
 {% macro conflicting_copies(source_name, lines, compared) %}
 {%- set entry = dayclose.landing_source(source_name) -%}
@@ -381,8 +416,9 @@ copies as (
 
 first_arrivals as (
 
-    -- every first arrival, whatever its day: a copy may come days after its first arrival
-    select * from {{ ref(entry['events_model']) }}
+    -- the first arrivals of the copies' events, whatever their day (a copy may come days
+    -- after its first arrival), without reading the whole registry each night
+    {{ dayclose.registered_for_lines(source_name, ref(entry['events_model']), 'copies', built=true) }}
 
 ),
 

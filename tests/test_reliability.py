@@ -113,13 +113,15 @@ def test_a_resend_on_another_day_counts_once(engine: Target, landing: Path) -> N
             [sale(f"d{day}", "S-002", f"2026-11-{day}T08:00:00Z", f"2026-11-{day}T08:01:00Z")],
         )
     assert run(engine, landing, "2026-11-12T00:30").ok
+    assert run(engine, landing, "2026-11-23T00:30").ok  # Nov 10 has left the window
     write_batch(
         landing,
         "2026-11-23T09",
         [sale("x1", "S-001", "2026-11-22T09:00:00Z", "2026-11-23T09:01:00Z", "20.00")],
     )
     summary = run(engine, landing, "2026-11-24T00:30")
-    assert summary.ok, summary.lines()
+    assert summary.ok and summary.published, summary.lines()
+    assert summary.window[0] == date(2026, 11, 20), summary.lines()
     published = daily_sales(engine)
     assert published[("2026-11-10", "S-001")] == (Decimal("20.00"), 1)
     assert ("2026-11-22", "S-001") not in published

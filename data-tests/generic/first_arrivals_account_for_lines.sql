@@ -3,7 +3,8 @@
     at its first arrival): for the days the run rebuilt, every valid line known as of the
     run is an event there (nothing lost), that event's first arrival is a valid line that
     exists (nothing invented), no copy arrived before it (the first is the first) and it
-    is registered once.
+    is registered once (among the registered events of those days, and of the other days
+    for the lines whose event is registered there).
     Rows name the event, the line and what is wrong.
 #}
 {% test first_arrivals_account_for_lines(model, source_name, lines) %}
@@ -23,10 +24,18 @@ valid_lines as (
 
 ),
 
+registered as (
+
+    -- the registered events of the rebuilt days, and of the lines whose event is registered
+    -- on another day (a copy with another event time): not the whole registry
+    {{ dayclose.registered_for_lines(source_name, model, 'valid_lines') }}
+
+),
+
 lines_registered as (
 
-    -- each valid line with its event's registered first arrival(s): one look-up in the
-    -- registry (an index on Postgres), used by both checks below
+    -- each valid line with its event's registered first arrival(s): one look-up, used by
+    -- both checks below
     select
         {%- for k in keys %}
         valid_lines.{{ k }},
@@ -39,7 +48,7 @@ lines_registered as (
         first_arrivals.received_at as first_received_at
 
     from valid_lines
-    left join {{ model }} as first_arrivals
+    left join registered as first_arrivals
         on {{ dayclose.keys_equal(keys, 'valid_lines', 'first_arrivals') }}
 
 ),
