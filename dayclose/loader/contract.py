@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
+from functools import cached_property
 from pathlib import Path
 
 MARKER = "_SUCCESS"
-BATCH_DIR = re.compile(r"^arrived=(\d{4}-\d{2}-\d{2}T\d{2})$")
+BATCH_DIR = re.compile(r"^arrived=([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2})$")
+BATCH_ID = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}$")
 
 
 @dataclass(frozen=True)
@@ -25,9 +28,14 @@ class Batch:
     batch_id: str  # YYYY-MM-DDTHH, the arrival hour
     path: Path
 
-    @property
+    @cached_property
     def arrived_at(self) -> datetime:
-        return datetime.strptime(self.batch_id, "%Y-%m-%dT%H")
+        """The arrival hour; ValueError when it is not one (a month 13, an hour 24). Parsed by
+        slicing: strptime took most of a year's discovery (8,640 folders)."""
+        b = self.batch_id
+        if not BATCH_ID.match(b):
+            raise ValueError(f"not an arrival hour: {b!r}")
+        return datetime(int(b[0:4]), int(b[5:7]), int(b[8:10]), int(b[11:13]))
 
     @property
     def completed_at(self) -> datetime:
@@ -50,10 +58,13 @@ def discover(landing: Path, source: str, as_of: datetime) -> tuple[list[Batch], 
     problems: list[str] = []
     if not root.is_dir():
         return batches, problems
-    for entry in sorted(root.iterdir()):
-        if not entry.is_dir():
+    with os.scandir(root) as listing:  # the kind of each entry without a stat of its own
+        entries = sorted((e.name, e.is_dir()) for e in listing)
+    for name, is_dir in entries:
+        if not is_dir:
             continue
-        m = BATCH_DIR.match(entry.name)
+        entry = root / name
+        m = BATCH_DIR.match(name)
         if not m:
             problems.append(f"{entry}: not a batch folder (expected arrived=YYYY-MM-DDTHH)")
             continue

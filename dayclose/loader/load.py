@@ -375,13 +375,16 @@ def load_source(
         )
     )
     todo: list[tuple[Batch, str | None]] = []
+    settled_before = None if recheck_days is None else as_of - timedelta(days=recheck_days)
     for batch in batches:
+        previous = loaded.get(batch.batch_id)
+        if previous is not None and settled_before is not None and batch.arrived_at < settled_before:
+            report.already_loaded += 1  # loaded and settled: its folder is not looked at again
+            continue
         if not batch.marker.exists():
             report.waiting.append(batch.batch_id)
             continue
-        previous = loaded.get(batch.batch_id)
-        settled = recheck_days is not None and batch.arrived_at < as_of - timedelta(days=recheck_days)
-        if previous is not None and (settled or previous == marker_sha(batch)):
+        if previous is not None and previous == marker_sha(batch):
             report.already_loaded += 1
             continue
         todo.append((batch, previous))
