@@ -140,9 +140,10 @@ def fresh_target(engine: str, workdir: Path, keep: bool = False):
         try:
             yield resolve_target("duckdb")
         finally:
-            if not keep:
-                path.unlink(missing_ok=True)
-                Path(str(path) + ".wal").unlink(missing_ok=True)
+            if not keep:  # the warehouse, its readers' copy (publish), the run lock, their logs
+                for leftover in (path, path.with_suffix(".published.duckdb"), Path(f"{path}.lock")):
+                    leftover.unlink(missing_ok=True)
+                    Path(f"{leftover}.wal").unlink(missing_ok=True)
                 shutil.rmtree(workdir / f"state-{tag}", ignore_errors=True)
         return
     postgres_env()
