@@ -367,13 +367,12 @@ order by {{ entry['event_at'] }}
     select registry.*
     from {{ registry }} as registry
     inner join (
-        select distinct {{ keys | join(', ') }} from {{ lines }}
-        where not exists (
-            select 1 from {{ registry }} as registered
-            where
-                {{ dayclose.in_rebuilt_days(source_name, 'registered.' ~ entry['event_at'], built=built) }}
-                and {{ dayclose.keys_equal(keys, 'registered', lines) }}
-        )
+        -- a set difference of two window-sized sets: hashed on both engines (a not exists
+        -- made Postgres probe the registry's index once per line)
+        select {{ keys | join(', ') }} from {{ lines }}
+        except
+        select {{ keys | join(', ') }} from {{ registry }} as registered
+        where {{ dayclose.in_rebuilt_days(source_name, 'registered.' ~ entry['event_at'], built=built) }}
     ) as registered_elsewhere
         on {{ dayclose.keys_equal(keys, 'registry', 'registered_elsewhere') }}
 {% endmacro %}
