@@ -18,8 +18,9 @@ from functools import cached_property
 from pathlib import Path
 
 MARKER = "_SUCCESS"
-BATCH_DIR = re.compile(r"^arrived=([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2})$")
-BATCH_ID = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}$")
+_HOUR = r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}"  # an arrival hour, YYYY-MM-DDTHH
+BATCH_DIR = re.compile(rf"^arrived=({_HOUR})$")
+BATCH_ID = re.compile(rf"^{_HOUR}$")
 
 
 @dataclass(frozen=True)
