@@ -194,12 +194,18 @@ select * from final
 {%- set columns = keys + ['batch_id', 'batch_loaded_at', 'batch_completed_at', 'file_name', 'line_number',
     'received_at', entry['event_at'], entry['event_date']] + value_columns -%}
 {%- set order_columns = (dayclose.arrival_order() | trim).split(', ') -%}
+{%- set lookup = dayclose.registry_lookup(keys) -%}
 
 with
 
 new_lines as (
 
-    select {{ columns | join(', ') }}, 0 as is_registered, 0 as replaces_registered
+    select
+        {{ columns | join(', ') }},
+        {{ dayclose.event_hash(keys) }} as event_hash,
+        0 as is_registered,
+        0 as replaces_registered
+
     from {{ lines }}
     where is_valid and {{ dayclose.batch_in(new_batches) }}
 
@@ -210,7 +216,7 @@ new_lines as (
 stale_keys as (
 
     -- the events whose first arrival was in a replaced batch
-    select distinct {{ keys | join(', ') }} from {{ this }}
+    select distinct {{ keys | join(', ') }}, event_hash from {{ this }}
     where {{ dayclose.batch_in(replaced) }}
 
 ),
@@ -222,6 +228,7 @@ copies_of_stale as (
         {%- for c in columns %}
         lines.{{ c }},
         {%- endfor %}
+        stale_keys.event_hash,
         0 as is_registered,
         1 as replaces_registered
 
@@ -241,17 +248,18 @@ candidates as (
     -- the first arrivals already known of the new lines' events (but those in replaced
     -- batches): their arrival order only, as a known one that stays first is not returned
     -- (the fewer columns, the less of the registry is read; inline, so that the nulls take
-    -- the types of new_lines)
+    -- the types of new_lines), found by registry_lookup
     select
         {%- for c in columns %}
         {% if c in keys or c in order_columns %}known.{{ c }}{% else %}null{% endif %},
         {%- endfor %}
+        known.event_hash,
         1 as is_registered,
         1 as replaces_registered
 
     from {{ this }} as known
-    inner join (select distinct {{ keys | join(', ') }} from new_lines) as new_keys
-        on {{ dayclose.keys_equal(keys, 'known', 'new_keys') }}
+    inner join (select distinct {{ lookup | join(', ') }} from new_lines) as new_keys
+        on {{ dayclose.keys_equal(lookup, 'known', 'new_keys') }}
     where not {{ dayclose.batch_in(replaced, 'known.batch_id') }}
     {%- endif %}
     {%- if replaced %}
@@ -283,6 +291,7 @@ first_copies as (
     -- the first copy of each event, but a registered one that stays first (nothing changes)
     select
         {{ columns | join(', ') }},
+        event_hash,
         has_registered_row = 1 as is_revised
 
     from ranked
@@ -297,6 +306,7 @@ vanished as (
         {%- for c in columns %}
         {% if c in keys %}stale_keys.{{ c }}{% elif c == 'batch_id' %}'(vanished)'{% else %}first_copies.{{ c }}{% endif %} as {{ c }},
         {%- endfor %}
+        stale_keys.event_hash,
         true as is_revised
 
     from stale_keys
@@ -382,6 +392,45 @@ order by {{ entry['event_at'] }}
 {% macro keys_equal(keys, left, right) -%}
     {% for k in keys %}{{ left }}.{{ k }} = {{ right }}.{{ k }}{{ ' and ' if not loop.last }}{% endfor %}
 {%- endmacro %}
+
+
+{#
+    The columns by which first_arrivals looks the new lines' events up in the whole
+    registry (a new event is one that is not there, so no day or batch narrows this
+    look-up): the event_hash column. DuckDB hashes the night's keys into a filter on the
+    registry's scan, which then reads one integer per registered event instead of its text
+    key: at 36 M registered events, 0.12 s against 0.94 s. A registered event that only
+    shares a hash with a new one joins the candidates harmlessly: copies are ranked by
+    their key, and a registered row is never returned as new. Postgres finds the events
+    through the registry's unique index on the key.
+#}
+{% macro registry_lookup(keys) -%}
+    {{ return(adapter.dispatch('registry_lookup', 'dayclose')(keys)) }}
+{%- endmacro %}
+
+{% macro default__registry_lookup(keys) -%}
+    {{ return(['event_hash']) }}
+{%- endmacro %}
+
+{% macro postgres__registry_lookup(keys) -%}
+    {{ return(keys) }}
+{%- endmacro %}
+
+
+{#
+    pre_hook of a first-arrivals model: a registry built before it had event_hash gets the
+    column, filled from its keys, once (without it every registered event would be new
+    again to first_arrivals' look-up).
+#}
+{% macro add_event_hash(source_name) %}
+    {%- if execute and is_incremental() -%}
+        {%- set names = adapter.get_columns_in_relation(this) | map(attribute='name') | map('lower') | list -%}
+        {%- if 'event_hash' not in names -%}
+            alter table {{ this }} add column event_hash {{ dayclose.event_hash_type() }};
+            update {{ this }} set event_hash = {{ dayclose.event_hash(dayclose.landing_source(source_name)['event_key']) }}
+        {%- endif -%}
+    {%- endif -%}
+{% endmacro %}
 
 
 {# post_hook of a first-arrivals model: delete the rows of events with no copy left. #}

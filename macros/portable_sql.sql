@@ -47,3 +47,52 @@
     ) as spine
     where n < {{ n }}
 {%- endmacro %}
+
+
+{#
+    A 63-bit integer hash of an event's key columns `keys`, joined by '|' as text: the first
+    16 hex digits of their md5, shifted right by one bit (a non-negative bigint, the same
+    value on DuckDB and Postgres). For looking events up in a whole first-arrivals registry
+    by one integer column instead of their text keys. From md5 because every engine and
+    version computes it the same way (an engine's own fast hash may change between
+    versions, and a registry keeps its hashes for years). Two keys sharing a hash are
+    harmless where it is used (registry_lookup). Another engine gets dbt's hash (md5 text):
+    the same use.
+#}
+{% macro event_hash(keys) -%}
+    {%- set parts = [] -%}
+    {%- for k in keys -%}
+        {%- do parts.append('cast(' ~ k ~ ' as ' ~ dbt.type_string() ~ ')') -%}
+        {%- if not loop.last %}{% do parts.append("'|'") %}{% endif -%}
+    {%- endfor -%}
+    {{ return(adapter.dispatch('event_hash', 'dayclose')(dbt.concat(parts) if parts | length > 1 else parts[0])) }}
+{%- endmacro %}
+
+{% macro default__event_hash(text) -%}
+    {{ dbt.hash(text) }}
+{%- endmacro %}
+
+{# The SQL type of event_hash. #}
+{% macro event_hash_type() -%}
+    {{ return(adapter.dispatch('event_hash_type', 'dayclose')()) }}
+{%- endmacro %}
+
+{% macro default__event_hash_type() -%}
+    {{ return(dbt.type_string()) }}
+{%- endmacro %}
+
+{% macro duckdb__event_hash_type() -%}
+    {{ return(dbt.type_bigint()) }}
+{%- endmacro %}
+
+{% macro postgres__event_hash_type() -%}
+    {{ return(dbt.type_bigint()) }}
+{%- endmacro %}
+
+{% macro duckdb__event_hash(text) -%}
+    cast(cast('0x' || substr(md5({{ text }}), 1, 16) as ubigint) >> 1 as bigint)
+{%- endmacro %}
+
+{% macro postgres__event_hash(text) -%}
+    ((('x' || substr(md5({{ text }}), 1, 16))::bit(64) >> 1)::bigint)
+{%- endmacro %}

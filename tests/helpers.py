@@ -47,6 +47,12 @@ def write_batch(
     return landing / source / f"arrived={hour}"
 
 
+def event_hash(*key: object) -> int:
+    """What a first-arrivals registry's event_hash holds for an event key (macro event_hash):
+    the first 16 hex digits of the md5 of the key's parts joined by '|', shifted right once."""
+    return int(hashlib.md5("|".join(map(str, key)).encode()).hexdigest()[:16], 16) >> 1
+
+
 def daily_sales(target: Target) -> dict[tuple[str, str], tuple[Decimal, int]]:
     """daily_sales as readers see it (published) as {(sale_date, shop_id): (amount, count)}."""
     with Warehouse(target) as wh:

@@ -19,7 +19,7 @@ from dayclose.jobs import run_nightly
 from dayclose.publish import readers_file
 from dayclose.settings import Target
 from dayclose.warehouse import Warehouse
-from tests.helpers import daily_sales, sale, steady_production, table, ts, unit, write_batch
+from tests.helpers import daily_sales, event_hash, sale, steady_production, table, ts, unit, write_batch
 
 MONDAY = "2026-11-23"
 
@@ -140,6 +140,68 @@ def test_a_resend_on_another_day_counts_once(engine: Target, landing: Path) -> N
     assert table(engine, "select event_id, sale_date from {schema}.sales_conflicting_copies") == [
         ("x1", date(2026, 11, 22))
     ]
+
+
+def test_first_arrivals_are_found_by_a_hash_that_two_events_may_share(engine: Target, landing: Path) -> None:
+    """The nightly build finds registered events by event_hash. A registry built before the
+    column existed gets it filled in place (else every resend would count again); a
+    registered sale that shares its hash with a new one neither hides the new one nor
+    changes."""
+    registry = "select event_id, batch_id, event_hash from {schema}.int_sales_deduplicated order by event_id"
+    write_batch(
+        landing,
+        "2026-11-20T09",
+        [
+            sale("x1", "S-001", "2026-11-20T09:00:00Z", "2026-11-20T09:01:00Z", "20.00"),
+            sale("x2", "S-002", "2026-11-20T09:05:00Z", "2026-11-20T09:06:00Z", "30.00"),
+        ],
+    )
+    assert run(engine, landing, "2026-11-21T00:30").ok
+    with Warehouse(engine) as wh:  # a registry from before event_hash
+        wh.execute(f"alter table {engine.schema}.int_sales_deduplicated drop column event_hash")
+    write_batch(
+        landing,
+        "2026-11-21T10",
+        [
+            sale("x1", "S-001", "2026-11-21T10:00:00Z", "2026-11-21T10:01:00Z", "20.00"),  # a resend
+            sale("n0", "S-003", "2026-11-21T10:02:00Z", "2026-11-21T10:03:00Z", "5.00"),
+        ],
+    )
+    summary = run(engine, landing, "2026-11-22T00:30")
+    assert summary.ok and summary.published, summary.lines()
+    assert table(engine, registry) == [
+        ("n0", "2026-11-21T10", event_hash("n0")),
+        ("x1", "2026-11-20T09", event_hash("x1")),
+        ("x2", "2026-11-20T09", event_hash("x2")),
+    ]
+    # x2 now shares its hash with n1, a sale of the next night
+    with Warehouse(engine) as wh:
+        wh.execute(
+            f"update {engine.schema}.int_sales_deduplicated set event_hash = %s where event_id = 'x2'",
+            (event_hash("n1"),),
+        )
+    write_batch(
+        landing,
+        "2026-11-22T10",
+        [
+            sale("n1", "S-003", "2026-11-22T10:00:00Z", "2026-11-22T10:01:00Z", "7.00"),
+            sale("x2", "S-002", "2026-11-20T09:05:00Z", "2026-11-22T10:02:00Z", "30.00"),  # a resend
+        ],
+    )
+    summary = run(engine, landing, "2026-11-23T00:30")
+    assert summary.ok and summary.published, summary.lines()
+    assert table(engine, registry) == [
+        ("n0", "2026-11-21T10", event_hash("n0")),
+        ("n1", "2026-11-22T10", event_hash("n1")),
+        ("x1", "2026-11-20T09", event_hash("x1")),
+        ("x2", "2026-11-20T09", event_hash("n1")),
+    ]
+    published = daily_sales(engine)
+    assert published[("2026-11-20", "S-001")] == (Decimal("20.00"), 1)
+    assert published[("2026-11-20", "S-002")] == (Decimal("30.00"), 1)
+    assert published[("2026-11-21", "S-003")] == (Decimal("5.00"), 1)
+    assert published[("2026-11-22", "S-003")] == (Decimal("7.00"), 1)
+    assert ("2026-11-21", "S-001") not in published
 
 
 def test_an_earlier_copy_loaded_later_revises_the_first_arrival(engine: Target, landing: Path) -> None:

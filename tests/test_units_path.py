@@ -8,7 +8,7 @@ from pathlib import Path
 from dayclose.generate import generate_units, read_units_truth
 from dayclose.jobs import restate, run_nightly
 from dayclose.settings import Target
-from tests.helpers import good_units, steady_production, table, ts, unit, write_batch
+from tests.helpers import event_hash, good_units, steady_production, table, ts, unit, write_batch
 
 LINE = "L-001-1"  # bottling, plant P-001
 SKU = "PILS-330-BTL"
@@ -62,6 +62,9 @@ def test_full_replay_twice_changes_nothing(engine: Target, landing: Path) -> Non
     assert good_units(engine) == before
     again = run(engine, landing, "2026-11-24T07:30")
     assert again.ok and good_units(engine) == before
+    # the look-up key of the registry, for a two-column event key
+    registry = table(engine, "select line_id, plc_seq, event_hash from {schema}.int_units_deduplicated")
+    assert registry and all(h == event_hash(line, seq) for line, seq, h in registry)
 
 
 def test_garbage_dead_lettered_and_count_untouched(engine: Target, landing: Path) -> None:
