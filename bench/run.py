@@ -8,7 +8,8 @@
 (a) history ratio: the nightly run (lock, load the night's 24 batches, dbt build with every
     model and gate, publish) with --long-days of history against --short-days; the cost must
     follow the window, not the history (goal <= 1.2). Each landing's history is built once
-    (untimed), then --nights consecutive nights are timed (the mean is the figure).
+    (untimed), then --nights consecutive nights of each are timed, the two cases taking
+    turns night by night (the mean is the figure).
 (b) the nightly run against the same window rebuilt by one hand-written statement from the
     raw lines (bench/handwritten.py: decode by the contract, validate, first arrival,
     aggregate per shop and day), checked equal to daily_sales.
@@ -25,7 +26,9 @@ Data under /work/bench-data (DAYCLOSE_BENCH_DATA); Postgres from the libpq varia
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import subprocess
 import sys
 from datetime import date, datetime, timedelta
@@ -106,41 +109,73 @@ def hand_written(target, as_of: datetime) -> dict:
     return {"seconds": seconds, "rows": rows, "equal_to_daily_sales": True, "load": round(load_average(), 2)}
 
 
-def case_history(engine: str, landing: Path, days: int, nights: int, workdir: Path) -> dict:
-    """History of `days` days built (untimed), then `nights` nights timed, a rerun and the hand SQL."""
-    last_night = datetime.combine(FIRST_DAY + timedelta(days=days), datetime.min.time()) + timedelta(
-        minutes=30
-    )
-    first_timed = last_night - timedelta(days=nights - 1)
-    with fresh_target(engine, workdir) as target:
-        log(f"{engine}: building {days - nights} days of history (untimed)")
-        setup = nightly(target, landing, first_timed - timedelta(days=1), f"{engine} history build")
-        log(f"  history built in {setup['seconds']:.1f} s ({setup['lines_loaded']:,} lines)")
-        runs = []
-        for n in range(nights):
-            as_of = first_timed + timedelta(days=n)
-            runs.append(nightly(target, landing, as_of, f"{engine} nightly {as_of:%Y-%m-%d}"))
-            r = runs[-1]
-            log(
-                f"  nightly as of {as_of:%Y-%m-%d %H:%M} with {days} days of history: {r['seconds']:.2f} s "
-                f"(load {r['steps'].get('load', 0):.2f}, build {r['steps'].get('build', 0):.2f}, "
-                f"publish {r['steps'].get('publish', 0):.2f}; {r['lines_loaded']:,} lines)"
+TARGET_ENV = ("DAYCLOSE_STATE_DIR", "DAYCLOSE_DUCKDB", "PGDATABASE")  # what fresh_target sets
+
+
+def case_histories(engine: str, landings: dict[int, Path], nights: int, workdir: Path) -> dict[int, dict]:
+    """Each history of `landings` ({days: landing}) built (untimed), then `nights` nights of
+    each timed, the cases taking turns night by night (30, 360, 30, 360), so that a machine
+    that speeds up or slows down during the run weighs on every case alike; then each case's
+    rerun and hand-written statement, also in turn."""
+    with contextlib.ExitStack() as stack:
+        cases: dict[int, dict] = {}
+        for days, landing in landings.items():
+            target = stack.enter_context(fresh_target(engine, workdir))
+            last = datetime.combine(FIRST_DAY + timedelta(days=days), datetime.min.time()) + timedelta(
+                minutes=30
             )
-        rerun = nightly(target, landing, last_night, f"{engine} rerun")
-        log(f"  rerun, nothing to load: {rerun['seconds']:.2f} s; top nodes: {top_nodes(rerun['nodes'], 5)}")
-        hand = hand_written(target, last_night)
-        log(f"  hand-written statement from the raw lines: {hand['seconds']:.2f} s (equal to daily_sales)")
-    mean = sum(r["seconds"] for r in runs) / len(runs)
-    return {
-        "days": days,
-        "history_build": setup,
-        "nights": runs,
-        "nightly_s": mean,
-        "rerun": rerun,
-        "rerun_s": rerun["seconds"],
-        "hand": hand,
-        "hand_sql_s": hand["seconds"],
-    }
+            cases[days] = {
+                "target": target,
+                "env": {k: os.environ[k] for k in TARGET_ENV if k in os.environ},
+                "landing": landing,
+                "last_night": last,
+                "first_timed": last - timedelta(days=nights - 1),
+                "nights": [],
+            }
+
+        def night(days: int, as_of: datetime, what: str) -> dict:
+            c = cases[days]
+            os.environ.update(c["env"])  # the target's warehouse and state folder
+            return nightly(c["target"], c["landing"], as_of, what)
+
+        for days, c in cases.items():
+            log(f"{engine}: building {days - nights} days of history (untimed)")
+            c["setup"] = night(days, c["first_timed"] - timedelta(days=1), f"{engine} history build")
+            log(f"  history built in {c['setup']['seconds']:.1f} s ({c['setup']['lines_loaded']:,} lines)")
+        for n in range(nights):
+            for days, c in cases.items():
+                as_of = c["first_timed"] + timedelta(days=n)
+                r = night(days, as_of, f"{engine} nightly {as_of:%Y-%m-%d}")
+                c["nights"].append(r)
+                log(
+                    f"  nightly as of {as_of:%Y-%m-%d %H:%M}, {days} days of history: {r['seconds']:.2f} s "
+                    f"(load {r['steps'].get('load', 0):.2f}, build {r['steps'].get('build', 0):.2f}, "
+                    f"publish {r['steps'].get('publish', 0):.2f}; {r['lines_loaded']:,} lines)"
+                )
+        out = {}
+        for days, c in cases.items():
+            rerun = night(days, c["last_night"], f"{engine} rerun")
+            log(
+                f"  {days} days: rerun, nothing to load: {rerun['seconds']:.2f} s; "
+                f"top nodes: {top_nodes(rerun['nodes'], 5)}"
+            )
+            hand = hand_written(c["target"], c["last_night"])
+            log(
+                f"  {days} days: hand-written statement from the raw lines: {hand['seconds']:.2f} s "
+                "(equal to daily_sales)"
+            )
+            mean = sum(r["seconds"] for r in c["nights"]) / len(c["nights"])
+            out[days] = {
+                "days": days,
+                "history_build": c["setup"],
+                "nights": c["nights"],
+                "nightly_s": mean,
+                "rerun": rerun,
+                "rerun_s": rerun["seconds"],
+                "hand": hand,
+                "hand_sql_s": hand["seconds"],
+            }
+        return out
 
 
 def bulk_load(engine: str, landing: Path, workdir: Path) -> dict:
@@ -276,9 +311,12 @@ def main() -> None:
     for engine in engines:
         r = results["engines"][engine]
         if "history" in cases:
-            for days in (args.short_days, args.long_days):
-                log(f"{engine}: (a, b) nightly with {days} days of history")
-                r[f"history_{days}d"] = case_history(engine, landings[days], days, args.nights, workdir)
+            log(f"{engine}: (a, b) nightly with {args.short_days} and {args.long_days} days of history")
+            histories = case_histories(
+                engine, {d: landings[d] for d in (args.short_days, args.long_days)}, args.nights, workdir
+            )
+            for days, history in histories.items():
+                r[f"history_{days}d"] = history
             short, long = r[f"history_{args.short_days}d"], r[f"history_{args.long_days}d"]
             r["history_ratio"] = long["nightly_s"] / short["nightly_s"]
             r["nightly_vs_hand_sql"] = long["nightly_s"] / long["hand_sql_s"]
