@@ -72,6 +72,15 @@
     {{ dbt.hash(text) }}
 {%- endmacro %}
 
+{% macro duckdb__event_hash(text) -%}
+    cast(cast('0x' || substr(md5({{ text }}), 1, 16) as ubigint) >> 1 as bigint)
+{%- endmacro %}
+
+{% macro postgres__event_hash(text) -%}
+    ((('x' || substr(md5({{ text }}), 1, 16))::bit(64) >> 1)::bigint)
+{%- endmacro %}
+
+
 {# The SQL type of event_hash. #}
 {% macro event_hash_type() -%}
     {{ return(adapter.dispatch('event_hash_type', 'dayclose')()) }}
@@ -87,12 +96,4 @@
 
 {% macro postgres__event_hash_type() -%}
     {{ return(dbt.type_bigint()) }}
-{%- endmacro %}
-
-{% macro duckdb__event_hash(text) -%}
-    cast(cast('0x' || substr(md5({{ text }}), 1, 16) as ubigint) >> 1 as bigint)
-{%- endmacro %}
-
-{% macro postgres__event_hash(text) -%}
-    ((('x' || substr(md5({{ text }}), 1, 16))::bit(64) >> 1)::bigint)
 {%- endmacro %}
