@@ -22,6 +22,7 @@ class Warehouse:
     def __init__(self, target: Target):
         self.target = target
         self.kind = target.name
+        self.writer = 0  # which of the loader's connections writing at once (sibling)
         if self.kind == "duckdb":
             import duckdb
 
@@ -38,6 +39,19 @@ class Warehouse:
         else:
             self._conn = postgres_connect("dayclose")
             self._conn.autocommit = True
+
+    def sibling(self, writer: int) -> Warehouse:
+        """Another connection to the same warehouse, for work in another thread at the same time
+        (DuckDB: a connection to the same open database; Postgres: a new session)."""
+        twin = object.__new__(Warehouse)
+        twin.target, twin.kind, twin.writer = self.target, self.kind, writer
+        if self.kind == "duckdb":
+            twin._conn = self._conn.cursor()
+            twin._conn.execute("set enable_progress_bar = false")
+        else:
+            twin._conn = postgres_connect("dayclose")
+            twin._conn.autocommit = True
+        return twin
 
     # -- statements -----------------------------------------------------------------
     def _sql(self, sql: str) -> str:
@@ -107,7 +121,7 @@ class Warehouse:
         """Postgres COPY ... FROM STDIN, streaming `fileobj` (its bytes go to the server as they
         are); the number of rows it wrote."""
         with self._conn.cursor() as cur:
-            cur.copy_expert(sql, fileobj)
+            cur.copy_expert(sql, fileobj, size=1 << 20)
             return cur.rowcount
 
     # -- catalogue ------------------------------------------------------------------

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
+import threading
 from pathlib import Path
 
 import pytest
 
+from dayclose.loader import ensure_landing, load_source, prepass
 from dayclose.loader import load as load_module
-from dayclose.loader import load_source
 from dayclose.settings import Target
 from dayclose.sources import SALES
 from dayclose.warehouse import Warehouse
@@ -56,3 +59,97 @@ def test_batches_are_written_together_numbered_per_file_and_a_failing_one_is_ref
     )
     for batch_id, number, line in rows:
         assert json.loads(line)["event_id"] == f"{batch_id}/{number}"
+
+
+def test_groups_are_written_two_at_a_time_each_numbering_its_own_lines(
+    engine: Target, landing: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both engines number a read's lines on one core, so the loader writes two groups at once,
+    each in its own transaction on its own connection (Postgres: each with its own sequence,
+    also in a landing built when one sequence served every load). Each batch once, its lines
+    numbered per file, a batch refused at its check, a re-delivered batch replaced."""
+    hours = [f"2026-11-23T{h:02d}" for h in range(1, 10)]
+    for k, hour in enumerate(hours):
+        write_batch(
+            landing,
+            hour,
+            [sale(f"{hour}/{i}", "S-001", f"{hour}:00:00Z", f"{hour}:01:00Z") for i in range(1, 5 + k)],
+        )
+    broken = landing / "sales" / f"arrived={hours[4]}"
+    [data] = [f for f in broken.iterdir() if f.name != "_SUCCESS"]
+    with data.open("a") as fh:  # a line more than _SUCCESS says: refused at its check
+        fh.write(sale("extra", "S-001", "2026-11-23T05:00:00Z", "2026-11-23T05:01:00Z") + "\n")
+    writers = load_module.WRITERS
+    if engine.name == "postgres":  # the landing of before: one sequence numbered every COPY
+        with Warehouse(engine) as wh:
+            ensure_landing(wh, ["sale_lines", "unit_lines"])
+            schema = engine.landing_schema
+            before = f"nextval('{schema}.line_numbers')"
+            wh.execute(f"alter table {schema}.sale_lines alter column line_number set default {before}")
+    monkeypatch.setattr(load_module, "GROUP_BATCHES", 2)
+    real_ingest = load_module.ingest_files
+    lock, meet = threading.Lock(), threading.Barrier(writers, timeout=30)
+    seen = {"active": 0, "peak": 0, "calls": 0, "connections": set()}
+
+    def ingest(wh, table, files):
+        with lock:
+            seen["active"] += 1
+            seen["peak"] = max(seen["peak"], seen["active"])
+            seen["calls"] += 1
+            seen["connections"].add(id(wh))
+            first = seen["calls"] <= writers
+        try:
+            if first:  # the first groups meet here: on DuckDB, two must be under way at once
+                meet.wait()
+            return real_ingest(wh, table, files)
+        finally:
+            with lock:
+                seen["active"] -= 1
+
+    monkeypatch.setattr(load_module, "ingest_files", ingest)
+
+    def load() -> tuple[dict[str, str], list[tuple[str, int, str]]]:
+        with Warehouse(engine) as wh:
+            report = load_source(wh, SALES, landing, ts("2026-11-24T00:30"), progress=None)
+            rows = wh.query(f"select batch_id, line_number, raw_line from {engine.landing_schema}.sale_lines")
+        return {r.batch_id: r.status for r in report.results}, rows
+
+    status, rows = load()
+    assert seen["peak"] == writers == len(seen["connections"]) == 2
+    assert status == {h: "refused" if h == hours[4] else "loaded" for h in hours}
+    expected = {(h, i) for k, h in enumerate(hours) if h != hours[4] for i in range(1, 5 + k)}
+    assert sorted((b, n) for b, n, _ in rows) == sorted(expected)
+    assert all(json.loads(line)["event_id"] == f"{b}/{n}" for b, n, line in rows)
+
+    # the broken batch re-delivered whole, and another one corrected: both written, the rest skipped
+    for hour, count in ((hours[4], 6), (hours[7], 2)):
+        shutil.rmtree(landing / "sales" / f"arrived={hour}")
+        write_batch(
+            landing,
+            hour,
+            [sale(f"{hour}/{i}", "S-001", f"{hour}:00:00Z", f"{hour}:01:00Z") for i in range(1, count + 1)],
+        )
+    status, rows = load()
+    assert status == {hours[4]: "loaded", hours[7]: "replaced"}
+    expected = {(b, n) for b, n in expected if b != hours[7]}
+    expected |= {(hours[4], i) for i in range(1, 7)} | {(hours[7], 1), (hours[7], 2)}
+    assert sorted((b, n) for b, n, _ in rows) == sorted(expected)
+    assert all(json.loads(line)["event_id"] == f"{b}/{n}" for b, n, line in rows)
+
+
+@pytest.mark.parametrize("chunk", [4, 5, 7, 64, prepass.CHUNK])
+def test_the_prepass_counts_lines_and_finds_the_end_marker_across_chunk_borders(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int
+) -> None:
+    """The file check reads large chunks (8 MB): its line count and its search for COPY's end
+    marker (a line that is exactly '\\.') must not depend on where a chunk ends."""
+    monkeypatch.setattr(prepass, "CHUNK", chunk)
+    cases = [b"x" * pad + b"\n\\.\n{}" for pad in range(12)]  # the marker at every offset
+    cases += [b"\\.\n{}\n", b'{"a":"\\\\."}\n\\.x\n.\\\n', b'{"a":"b\\\\"}\n' * 9, b"", b"\n", b"{}"]
+    for k, data in enumerate(cases):
+        path = tmp_path / f"{k}.jsonl"
+        path.write_bytes(data)
+        found = prepass.scan(path)
+        lines = data.count(b"\n") + (not data.endswith(b"\n") and len(data) > 0)
+        assert (found.lines, found.size, found.sha256) == (lines, len(data), hashlib.sha256(data).hexdigest())
+        assert ("eod" in found.problems) == (b"\n\\.\n" in b"\n" + data), data

@@ -10,8 +10,11 @@ is decoded here: the dbt models decode and validate (models/intermediate/).
   quote, escape or null marker that could alter a line, numbered by `row_number() over ()`
   (DuckDB keeps a single file's order for an empty OVER clause).
 - Postgres takes it by `COPY ... (format csv)` with delimiter \\x01 and quote \\x02; the
-  batch, file and line number come from column defaults (a transaction-local setting and
-  a sequence reset for each file), so a line is never touched by Python.
+  batch, file and line number come from column defaults (transaction-local settings and a
+  sequence reset for each file: one sequence per writer), so a line is never touched by Python.
+
+The loader writes WRITERS groups of batches at once, each on its own connection: the line
+numbering is one ordered pass on one core in both engines.
 
 Files that are not clean for these readers (dayclose.loader.prepass) are read from a
 sanitized copy, and the replaced lines are put back exactly afterwards.
@@ -44,6 +47,12 @@ DUCKDB_LINES = (
     "columns = {'line': 'VARCHAR'}, header = false, delim = e'\\x01', quote = '', escape = '', "
     "auto_detect = false, new_line = '\\n', max_line_size = 20000000, force_not_null = ['line']"
 )
+# groups of batches written at once, each in its own transaction on its own connection
+# (dayclose.loader.load). Both engines number a read's lines in one ordered pass on one core:
+# DuckDB `row_number() over ()`, Postgres a sequence. Measured on 31 days of sales (3.1 M
+# lines, 2 cores): DuckDB 4.23 s one group at a time, 2.56 s two at a time; Postgres 8.6 to
+# 10.9 s, and 5.3 to 5.8 s with a sequence per writer.
+WRITERS = 2
 POSTGRES_COPY = (
     "copy {table} (raw_line) from stdin with (format csv, delimiter e'\\x01', quote e'\\x02', "
     "force_not_null (raw_line))"
@@ -59,13 +68,12 @@ def ensure_landing(wh: Warehouse, tables: Sequence[str]) -> None:
     schema = wh.target.landing_schema
     wh.execute(f"create schema if not exists {schema}")
     wh.execute(f"create table if not exists {schema}.load_ledger ({LEDGER_COLUMNS})")
-    if wh.kind == "postgres":
-        wh.execute(f"create sequence if not exists {schema}.line_numbers")
+    numbering = _postgres_line_numbering(wh, schema) if wh.kind == "postgres" else ""
     for table in tables:
         if wh.kind == "postgres":
             batch = "default current_setting('dayclose.batch_id')"
             file = "default current_setting('dayclose.file_name')"
-            line = f"default nextval('{schema}.line_numbers')"
+            line = f"default {numbering}"
         else:
             batch = file = line = ""
         wh.execute(
@@ -78,12 +86,44 @@ def ensure_landing(wh: Warehouse, tables: Sequence[str]) -> None:
             "    byte_error varchar\n)"
         )
         if wh.kind == "postgres":
+            _set_line_numbering(wh, schema, table, numbering)
             # the models read new batches by batch_id. Batches arrive in order, so a BRIN index
             # (block ranges) finds them at next to no cost a line; a btree cost the loader 20%.
             wh.execute(f"drop index if exists {schema}.{table}_batch_idx")  # the btree of before
             wh.execute(
                 f"create index if not exists {table}_batch_brin on {schema}.{table} using brin (batch_id)"
             )
+
+
+def _line_sequence(schema: str, writer: int) -> str:
+    """The Postgres sequence that numbers the lines a writer copies (the first: `line_numbers`)."""
+    return f"{schema}.line_numbers" + (f"_{writer}" if writer else "")
+
+
+def _postgres_line_numbering(wh: Warehouse, schema: str) -> str:
+    """The sequences, one per writer, and the default that picks the copying writer's
+    (`dayclose.writer`, set per transaction; unset: the first writer's). A `case` of
+    constant sequence names: a name cast to a sequence for each line cost 30% more."""
+    for writer in range(WRITERS):
+        wh.execute(f"create sequence if not exists {_line_sequence(schema, writer)}")
+    branches = " ".join(f"when '{w}' then nextval('{_line_sequence(schema, w)}')" for w in range(1, WRITERS))
+    fallback = f"nextval('{_line_sequence(schema, 0)}')"
+    return (
+        f"(case current_setting('dayclose.writer', true) {branches} else {fallback} end)"
+        if branches
+        else fallback
+    )
+
+
+def _set_line_numbering(wh: Warehouse, schema: str, table: str, numbering: str) -> None:
+    """Give a raw table built before (one sequence for every writer) the default of now."""
+    current = wh.scalar(
+        "select column_default from information_schema.columns "
+        "where table_schema = %s and table_name = %s and column_name = 'line_number'",
+        (schema, table),
+    )
+    if f"line_numbers_{WRITERS - 1}'" not in (current or ""):  # shown with its schema or without
+        wh.execute(f"alter table {schema}.{table} alter column line_number set default {numbering}")
 
 
 @dataclass(frozen=True)
@@ -104,7 +144,8 @@ def ingest_files(wh: Warehouse, table: str, files: Sequence[FileToRead]) -> dict
     what a small batch pays): `row_number() over ()` numbers the lines of the whole scan in
     file order (the order a single file's lines already rely on), and each file's first
     number, known from its line count, is taken off by a join on the file name. Postgres
-    takes each file by its own COPY, which says how many rows it wrote.
+    takes each file by its own COPY, which says how many rows it wrote, numbered by the
+    sequence of the connection's writer (`wh.writer`).
     """
     relation = f"{wh.target.landing_schema}.{table}"
     files = [f for f in files if f.lines]
@@ -130,11 +171,12 @@ def ingest_files(wh: Warehouse, table: str, files: Sequence[FileToRead]) -> dict
         among = wh.placeholders(len(ids))
         counted = f"select batch_id, count(*) from {relation} where batch_id in ({among}) group by 1"
         return dict(wh.query(counted, ids))
+    sequence = _line_sequence(wh.target.landing_schema, wh.writer)
     for f in files:
         wh.execute(
             "select set_config('dayclose.batch_id', %s, true), set_config('dayclose.file_name', %s, true), "
-            f"setval('{wh.target.landing_schema}.line_numbers', 1, false)",
-            (f.batch_id, f.file_name),
+            f"set_config('dayclose.writer', %s, true), setval('{sequence}', 1, false)",
+            (f.batch_id, f.file_name, str(wh.writer)),
         )
         with open(f.path, "rb") as fh:
             rows = wh.copy_from(POSTGRES_COPY.format(table=relation), fh)

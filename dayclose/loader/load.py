@@ -16,13 +16,15 @@ The loader's promises:
   a transaction (up to GROUP_LINES lines or GROUP_BATCHES batches): a statement costs
   milliseconds whatever its size, which made 3,700-line batches load at a tenth of the
   engine's speed. When a shared transaction fails on one batch, nothing of it stays and each
-  of its batches is written alone, so only that one is refused.
+  of its batches is written alone, so only that one is refused. Two groups are written at
+  once (WRITERS), each its own transaction on its own connection.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import re
 import shutil
 import tempfile
@@ -30,6 +32,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -38,7 +41,14 @@ from dayclose.console import progress as console_progress
 from dayclose.dates import utc_now
 from dayclose.errors import EXIT_CONFIG, DaycloseError
 from dayclose.loader.contract import Batch, ManifestMismatch, data_files, discover, marker_sha, read_manifest
-from dayclose.loader.ingest import BatchUnreadable, FileToRead, ensure_landing, ingest_files, put_back
+from dayclose.loader.ingest import (
+    WRITERS,
+    BatchUnreadable,
+    FileToRead,
+    ensure_landing,
+    ingest_files,
+    put_back,
+)
 from dayclose.loader.prepass import FileScan, sanitize, scan
 from dayclose.sources import SOURCES, Source
 from dayclose.warehouse import Warehouse
@@ -324,6 +334,62 @@ def _drop_copies(checked: CheckedBatch) -> None:
             file.read_path.unlink(missing_ok=True)
 
 
+class _Writers:
+    """Groups of checked batches written by up to `n` transactions at once, each on its own
+    connection (the loader's and n - 1 siblings), in threads; `collect` gets each group's
+    results in the order the groups were submitted. Each group is one transaction with its
+    ledger rows, so groups written at once never see each other's lines half written, and a
+    batch's sanitized copies go once its group is written."""
+
+    def __init__(
+        self, wh: Warehouse, source: Source, n: int, collect: Callable[[list[BatchResult]], None]
+    ) -> None:
+        self.wh, self.source, self.n, self.collect = wh, source, n, collect
+        self.siblings: list[Warehouse] = []
+        self.idle: queue.SimpleQueue[Warehouse] = queue.SimpleQueue()
+        self.pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="dayclose-write")
+        self.pending: deque[Future[list[BatchResult]]] = deque()
+
+    def __enter__(self) -> _Writers:
+        try:
+            self.siblings = [self.wh.sibling(writer) for writer in range(1, self.n)]
+        except BaseException:
+            self.__exit__(None)
+            raise
+        for conn in (self.wh, *self.siblings):
+            self.idle.put(conn)
+        return self
+
+    def _write(self, group: list[tuple[CheckedBatch, str | None]]) -> list[BatchResult]:
+        conn = self.idle.get_nowait()  # as many connections as threads
+        try:
+            return write_batches(conn, self.source, group)
+        finally:
+            self.idle.put(conn)
+            for checked, _ in group:
+                _drop_copies(checked)
+
+    def submit(self, group: list[tuple[CheckedBatch, str | None]]) -> None:
+        """Start writing `group`; first, while `n` groups are being written, wait for the oldest."""
+        while len(self.pending) >= self.n:
+            self.collect(self.pending.popleft().result())
+        self.pending.append(self.pool.submit(self._write, list(group)))
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        try:
+            while self.pending:
+                future = self.pending.popleft()
+                if exc_type is None:
+                    self.collect(future.result())
+                else:  # failing already: let the groups under way end, keep the first error
+                    with contextlib.suppress(Exception):
+                        future.result()
+        finally:
+            self.pool.shutdown(wait=True)
+            for conn in self.siblings:
+                conn.close()
+
+
 @contextlib.contextmanager
 def _bounded_memory(wh: Warehouse) -> Iterator[None]:
     """On DuckDB, cap its buffer pool while loading (DAYCLOSE_LOADER_MEMORY_LIMIT, default 1GB).
@@ -393,29 +459,32 @@ def load_source(
     )
     group: list[tuple[CheckedBatch, str | None]] = []
 
-    def flush() -> None:
+    def collect(results: list[BatchResult]) -> None:
         before = len(report.results) // 24
-        report.results.extend(write_batches(wh, source, group))
-        for checked, _ in group:
-            _drop_copies(checked)
-        group.clear()
+        report.results.extend(results)
         done = len(report.results)
         if progress and (done // 24 > before or done == len(todo)):
             progress(f"{source.name}: {done}/{len(todo)} batches, {report.rows_loaded:,} lines loaded")
 
     try:
-        with _bounded_memory(wh), contextlib.closing(_checked_in_order(todo, spool)) as checked_batches:
+        with (
+            _bounded_memory(wh),
+            _Writers(wh, source, WRITERS, collect) as writers,
+            contextlib.closing(_checked_in_order(todo, spool)) as checked_batches,
+        ):
             for checked, previous in checked_batches:
-                if checked.problem is not None:  # refused alone, after the batches before it
+                if checked.problem is not None:  # refused alone
                     if group:
-                        flush()
-                    report.results.append(write_batch(wh, source, checked, previous))
+                        writers.submit(group)
+                        group = []
+                    writers.submit([(checked, previous)])
                     continue
                 group.append((checked, previous))
                 if sum(c.rows for c, _ in group) >= GROUP_LINES or len(group) >= GROUP_BATCHES:
-                    flush()
+                    writers.submit(group)
+                    group = []
             if group:
-                flush()
+                writers.submit(group)
     finally:
         shutil.rmtree(spool, ignore_errors=True)
     if wh.kind == "postgres" and report.loaded:
