@@ -109,9 +109,7 @@
         {%- for source_name in dayclose.landing_sources() -%}
             {%- set events = ref(dayclose.landing_source(source_name)['events_model']) -%}
             {%- if load_relation(events) is not none -%}
-                {%- set value = run_query(
-                    "select cast(max(batch_completed_at) as " ~ dbt.type_string() ~ ") from " ~ events
-                ).columns[0].values()[0] -%}
+                {%- set value = run_query(dayclose.registered_through_sql(events)).columns[0].values()[0] -%}
                 {%- if value -%}
                     {%- do through.update({source_name: value[:19]}) -%}
                 {%- endif -%}
@@ -120,3 +118,23 @@
     {%- endif -%}
     {{ return(through) }}
 {% endmacro %}
+
+
+{#
+    SQL: the end of the latest batch in a first-arrivals registry (text). Postgres reads it
+    through the registry's index on batch_id: a batch ends one hour after its arrival hour,
+    which is its id, so the latest batch has the greatest id. `max(batch_completed_at)`
+    there scanned the whole registry (0.8 s at 120 days of history, 3 nodes a night).
+#}
+{% macro registered_through_sql(events) -%}
+    {{ return(adapter.dispatch('registered_through_sql', 'dayclose')(events)) }}
+{%- endmacro %}
+
+{% macro default__registered_through_sql(events) -%}
+    select cast(max(batch_completed_at) as {{ dbt.type_string() }}) from {{ events }}
+{%- endmacro %}
+
+{% macro postgres__registered_through_sql(events) -%}
+    select cast(max(batch_completed_at) as {{ dbt.type_string() }}) from {{ events }}
+    where batch_id = (select max(batch_id) from {{ events }})
+{%- endmacro %}

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from dayclose.errors import EXIT_CONFIG, EXIT_NOT_FOUND, EXIT_UNAVAILABLE, EXIT_USAGE
+from dayclose.settings import Target, dbt_env, postgres_options
 
 
 def dayclose(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -122,3 +123,12 @@ def test_debug_shows_the_traceback() -> None:
     done = dayclose("--debug", "run", "sales", "--as-of", "24/11/2026", "--landing", ".")
     assert done.returncode == EXIT_USAGE
     assert "Traceback" in done.stderr and "is not an instant" in done.stderr.splitlines()[-1]
+
+
+def test_dbt_runs_on_postgres_with_the_jit_compiler_off_unless_the_user_set_it() -> None:
+    """Compiling a nightly statement cost more than running it at 120 days of history."""
+    assert postgres_options("") == "-c jit=off"
+    assert postgres_options("-c work_mem=64MB") == "-c work_mem=64MB -c jit=off"
+    assert postgres_options("-c jit=on") == "-c jit=on"
+    assert dbt_env(Target(name="postgres", schema="s"))["PGOPTIONS"].endswith("-c jit=off")
+    assert "PGOPTIONS" not in dbt_env(Target(name="duckdb", schema="main", duckdb_path=Path("w.duckdb")))

@@ -14,6 +14,7 @@ import pytest
 from dayclose.generate import generate_sales, read_sales_truth
 from dayclose.jobs import run_nightly
 from dayclose.settings import Target
+from dayclose.warehouse import Warehouse
 from tests.helpers import (
     add_part,
     daily_sales,
@@ -300,3 +301,45 @@ def test_lateness_is_measured_once_per_settled_day_and_recommends_the_window(
     assert table(
         engine, "select configured_window_days, is_window_sufficient from {schema}.arrival_lateness"
     ) == [(2, False)]
+
+
+def test_an_index_added_later_is_created_on_the_next_run_without_a_full_refresh(
+    engine: Target, landing: Path
+) -> None:
+    """The models read the newest batch_loaded_at (the batches loaded since) and the sales
+    summaries' batches through indexes on Postgres, which dbt creates only with a table; a
+    warehouse built before them gets them on its next run. DuckDB keeps no index."""
+    write_batch(landing, f"{MONDAY}T08", [sale("i1", "S-001", f"{MONDAY}T08:00:00Z", f"{MONDAY}T08:01:00Z")])
+    indexed = {
+        "int_sale_lines_decoded": "(batch_loaded_at)",
+        "int_sales_deduplicated": "(batch_loaded_at)",
+        "int_batches_summarized": "(source_name, batch_id)",
+    }
+
+    def indexes() -> dict[str, list[str]]:
+        with Warehouse(engine) as wh:
+            if engine.name == "duckdb":
+                rows = wh.query("select table_name, sql from duckdb_indexes()")
+            else:
+                rows = wh.query("select tablename, indexdef from pg_indexes where schemaname = 'dayclose'")
+        found: dict[str, list[str]] = {}
+        for name, definition in rows:
+            found.setdefault(name, []).append(definition)
+        return found
+
+    assert run(engine, landing, "2026-11-24T00:30").ok
+    if engine.name == "duckdb":
+        assert indexes() == {}
+        return
+    names = {}
+    for name, columns in indexed.items():
+        [index] = [d for d in indexes()[name] if d.endswith(columns)]
+        names[name] = index.split()[2]
+    with Warehouse(engine) as wh:  # a warehouse built before these indexes existed
+        for index in names.values():
+            wh.execute(f"drop index dayclose.{index}")
+    write_batch(landing, f"{MONDAY}T09", [sale("i2", "S-001", f"{MONDAY}T09:00:00Z", f"{MONDAY}T09:01:00Z")])
+    assert run(engine, landing, "2026-11-24T00:30").ok
+    for name, columns in indexed.items():
+        assert len([d for d in indexes()[name] if d.endswith(columns)]) == 1, name
+    assert daily_sales(engine) == {(MONDAY, "S-001"): (Decimal("20.00"), 2)}

@@ -9,6 +9,7 @@
         incremental_strategy='delete+insert',
         unique_key=['source_name', 'batch_id'],
         indexes=[{'columns': ['source_name', 'last_received_at']}],
+        post_hook="{{ dayclose.index_if_missing(['source_name', 'batch_id']) }}",
         on_schema_change='fail',
         tags=['shared', 'lateness'],
     )
