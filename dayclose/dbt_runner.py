@@ -7,8 +7,10 @@ arguments, built here.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -105,6 +107,39 @@ def dbt_args(
 
 Invoker = Callable[[list[str]], Any]
 
+_warm_up: threading.Thread | None = None
+
+
+def warm_up(target: Target) -> None:
+    """Import dbt and the target's adapter in a background thread, once per process.
+
+    Importing dbt is seconds of Python (dbt-core builds its dataclass serializers at import)
+    that a run would otherwise spend after its load step; started when a run begins, it
+    overlaps the lock, the load and the window's look-ups. `invoke` waits for it. A failing
+    import is left to fail again, with its message, in `invoke`. The engine's driver, which
+    the run and the adapter both import, is imported first, in the caller's thread, so that
+    the two threads do not import it at once.
+    """
+    global _warm_up
+    if _warm_up is not None:
+        return
+    engine = "duckdb" if target.duckdb_path is not None else "postgres"
+    importlib.import_module("duckdb" if engine == "duckdb" else "psycopg2")
+    adapter = f"dbt.adapters.{engine}"
+    modules = ["dbt.cli.main", adapter]
+    _warm_up = threading.Thread(
+        target=_import_quietly, args=(modules,), name="dayclose-dbt-import", daemon=True
+    )
+    _warm_up.start()
+
+
+def _import_quietly(modules: list[str]) -> None:
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except Exception:  # noqa: BLE001 - reported by the import in invoke
+            return
+
 
 def _default_invoker(args: list[str]) -> Any:
     from dbt.cli.main import dbtRunner
@@ -154,6 +189,8 @@ def invoke(
 
     `run_vars`: the per-run values (RUN_VARS) the models read through macro run_var.
     """
+    if _warm_up is not None:
+        _warm_up.join()
     with _environment({**dbt_env(target), **run_env(run_vars)}):
         try:
             result = (invoker or _default_invoker)(args)

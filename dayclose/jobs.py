@@ -184,6 +184,7 @@ def _timed(run: _Run, name: str, fn: Callable[..., T], *args: Any) -> T:
 
 def _steps(run: _Run) -> None:
     summary, target = run.summary, run.target
+    dbt.warm_up(target)
     if run.require_complete and run.landing is not None:
         summary.missing_markers = missing_markers(
             run.landing, run.source.name, summary.window[0], summary.as_of

@@ -93,26 +93,54 @@
     {{ return(adapter.dispatch('json_field_tokens', 'dayclose')(relation, fields)) }}
 {%- endmacro %}
 
+{#
+    DuckDB: the line is parsed twice (json_keys, json_extract of every field at once), and
+    the regular expression that reads a token verbatim runs only where the parser's text
+    can differ from the line's: numbers (it rewrites 12.50 as 12.5) and lines holding a
+    backslash (it decodes escapes); strings, true, false and null come back as written.
+    A line whose keys are exactly the fields (nearly all) skips the list work that names
+    a duplicated or unknown key.
+#}
 {% macro duckdb__json_field_tokens(relation, fields) -%}
     {%- set patterns = dayclose.contract_patterns() -%}
     {%- set names = fields.keys() | list -%}
+    {%- set name_list = "['" ~ names | join("', '") ~ "']" -%}
     select
         *,
         len(keys) as key_count,
-        len(list_distinct(keys)) as distinct_key_count,
-        list_filter(list_distinct(keys), lambda k: len(list_filter(keys, lambda j: j = k)) > 1)[1] as duplicated_key,
-        list_filter(keys, lambda k: not list_contains(['{{ names | join("', '") }}'], k))[1] as unknown_key,
+        case when has_exactly_the_fields then len(keys) else len(list_distinct(keys)) end as distinct_key_count,
+        case
+            when not has_exactly_the_fields
+                then list_filter(list_distinct(keys), lambda k: len(list_filter(keys, lambda j: j = k)) > 1)[1]
+        end as duplicated_key,
+        case
+            when not has_exactly_the_fields
+                then list_filter(keys, lambda k: not list_contains({{ name_list }}, k))[1]
+        end as unknown_key,
         {%- for name in names %}
         case
-            when list_contains(keys, '{{ name }}')
+            when parsed_tokens[{{ loop.index }}] is null then null
+            when has_backslash or left(parsed_tokens[{{ loop.index }}], 1) not in ('"', 't', 'f', 'n')
                 then regexp_extract(raw_line, '"{{ name }}"{{ patterns.field_token }}', 1)
+            else parsed_tokens[{{ loop.index }}]
         end as token_{{ name }}{{ ',' if not loop.last }}
         {%- endfor %}
     from (
         select
             *,
-            case when is_flat_object then json_keys(raw_line) else [] end as keys
-        from {{ relation }}
+            len(keys) = {{ names | length }}
+            {%- for name in names %} and list_contains(keys, '{{ name }}'){% endfor %} as has_exactly_the_fields
+        from (
+            select
+                *,
+                case when is_flat_object then json_keys(raw_line) else [] end as keys,
+                case
+                    when is_flat_object
+                        then json_extract(raw_line, ['$.{{ names | join("', '$.") }}'])
+                end as parsed_tokens,
+                strpos(raw_line, chr(92)) > 0 as has_backslash
+            from {{ relation }}
+        ) as parsed
     ) as keyed
 {%- endmacro %}
 
@@ -251,8 +279,11 @@
             *,
             case
                 when byte_error is not null then 'not_text'
-                when {{ dayclose.regexp_full('raw_line', '[ \\t\\n\\r]*') }} then 'empty_line'
-                when not is_flat_object then 'not_json_object'
+                when not is_flat_object then
+                    case
+                        when {{ dayclose.regexp_full('raw_line', '[ \\t\\n\\r]*') }} then 'empty_line'
+                        else 'not_json_object'
+                    end
                 when duplicated_key is not null then 'duplicate_field'
                 when unknown_key is not null then 'unknown_field'
                 {%- for name in names %}
@@ -263,11 +294,11 @@
                 {%- endfor %}
             end as decode_error_kind,
             case
+                when is_flat_object then null
                 when byte_error is not null then byte_error
                 when {{ dayclose.regexp_full('raw_line', '[ \\t\\n\\r]*') }} then 'empty line'
                 when {{ dayclose.regexp_has('raw_line', patterns.starts_array) }} then 'a JSON array, not an object'
                 when not {{ dayclose.regexp_has('raw_line', patterns.starts_object) }} then 'not a JSON object'
-                when is_flat_object then null
                 when not {{ dayclose.regexp_has('raw_line', patterns.ends_object) }}
                     then 'invalid JSON: truncated (no closing brace)'
                 when {{ dayclose.regexp_has('raw_line', patterns.nul_escape) }}
