@@ -90,9 +90,19 @@ SALES_CORPUS: list[tuple[str, bytes, str | None, str]] = [
     ("null field", sale_line(shop_id=None), "missing_field", "missing field shop_id (null)"),
     ("exponent amount", sale_line(amount="1e3"), "bad_value", "amount: not a decimal"),
     # numbers and escaped strings are read as written, not as a JSON parser rewrites them
-    ("three decimals as a JSON number", sale_line().replace(b'"12.50"', b"12.500"), "bad_value", "amount: not a"),
+    (
+        "three decimals as a JSON number",
+        sale_line().replace(b'"12.50"', b"12.500"),
+        "bad_value",
+        "amount: not a",
+    ),
     ("exponent as a JSON number", sale_line().replace(b'"12.50"', b"1E2"), "bad_value", "amount: not a"),
-    ("escaped slash in an id", sale_line(shop_id="S/001").replace(b"S/001", b"S\\/001"), "bad_value", "shop_id"),
+    (
+        "escaped slash in an id",
+        sale_line(shop_id="S/001").replace(b"S/001", b"S\\/001"),
+        "bad_value",
+        "shop_id",
+    ),
     ("underscore amount", sale_line(amount="1_000.00"), "bad_value", "amount"),
     ("Arabic-Indic digits", sale_line(amount="\u0661\u0662"), "bad_value", "amount"),
     ("fullwidth digits", sale_line(amount="\uff11\uff12.00"), "bad_value", "amount"),
