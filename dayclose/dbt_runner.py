@@ -123,10 +123,8 @@ def warm_up(target: Target) -> None:
     global _warm_up
     if _warm_up is not None:
         return
-    engine = "duckdb" if target.duckdb_path is not None else "postgres"
-    importlib.import_module("duckdb" if engine == "duckdb" else "psycopg2")
-    adapter = f"dbt.adapters.{engine}"
-    modules = ["dbt.cli.main", adapter]
+    importlib.import_module("duckdb" if target.name == "duckdb" else "psycopg2")
+    modules = ["dbt.cli.main", f"dbt.adapters.{target.name}"]
     _warm_up = threading.Thread(
         target=_import_quietly, args=(modules,), name="dayclose-dbt-import", daemon=True
     )
