@@ -9,6 +9,9 @@
 
         delete every row of the batch's event-time range, then insert the batch.
 
+    A month batch (windows.sql, microbatch_batch_size) deletes only its days the run
+    rebuilds, the days its select was limited to (in_batch_days).
+
     Both statements run inside the materialization's transaction, so a reader
     sees the old batch or the new one. An empty batch deletes and inserts
     nothing, which is exactly right: the day has no rows any more.
@@ -27,6 +30,12 @@
     {%- set dest_cols_csv = get_quoted_csv(arg_dict["dest_columns"] | map(attribute="name")) -%}
     {%- set batch_start = batch.get('event_time_start').strftime('%Y-%m-%d %H:%M:%S') -%}
     {%- set batch_end = batch.get('event_time_end').strftime('%Y-%m-%d %H:%M:%S') -%}
+    {%- set rebuilt_days = dayclose.batch_days() -%}
+    {%- if rebuilt_days is not none -%}
+        {#- a month batch: only its days this run rebuilds (windows.sql, batch_days) -#}
+        {%- set batch_start = rebuilt_days[0] ~ ' 00:00:00' -%}
+        {%- set batch_end = rebuilt_days[1] ~ ' 00:00:00' -%}
+    {%- endif -%}
 
     delete from {{ target }}
     where {{ event_time }} >= {{ dayclose.timestamp_literal(batch_start) }}

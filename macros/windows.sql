@@ -38,21 +38,90 @@
 
 {#
     The config of a daily microbatch model of a source: each nightly run rebuilds the
-    source's window, day by day, each day overwritten whole (microbatch_overwrite.sql).
-    In the model: {{ config(**dayclose.daily_microbatch('sales', 'sale_date')) }}
+    source's window, each day overwritten whole (microbatch_overwrite.sql), in batches of
+    microbatch_batch_size(); a model whose figures for a day depend on how the rows are cut
+    into batches (a run of equal readings is counted within its batch) passes
+    batch_size='day'. In the model: {{ config(**dayclose.daily_microbatch('sales', 'sale_date')) }}
 #}
-{% macro daily_microbatch(source_name, event_time) %}
+{% macro daily_microbatch(source_name, event_time, batch_size=none) %}
     {{ return({
         'materialized': 'incremental',
         'incremental_strategy': 'microbatch',
         'event_time': event_time,
-        'batch_size': 'day',
+        'batch_size': batch_size or dayclose.microbatch_batch_size(),
         'begin': dayclose.microbatch_begin(),
         'lookback': dayclose.window_days(source_name),
         'on_schema_change': 'fail',
         'tags': [source_name],
     }) }}
 {% endmacro %}
+
+
+{#
+    The batch size of the daily microbatch models: `day`, dbt's unit and plain dbt's, or
+    `month`, which dayclose's runs set (DAYCLOSE_BATCH_SIZE, read when dbt parses the
+    models). dbt runs each batch as a statement of its own and spends about 0.15 s of
+    Python on each, whatever its size: a first build of 120 days took 120 batches and 20 s
+    for daily_sales, most of it that overhead. dbt aligns a month batch to the calendar, so
+    it can reach before the first day a run rebuilds or after its last: the models read
+    and the overwrite replaces only the days of the batch the run rebuilds (batch_days), so
+    a day is built and overwritten whole exactly as by its own day batch.
+#}
+{% macro microbatch_batch_size() %}
+    {%- set size = env_var('DAYCLOSE_BATCH_SIZE', 'day') -%}
+    {%- if size not in ('day', 'month') -%}
+        {{ exceptions.raise_compiler_error(
+            "DAYCLOSE_BATCH_SIZE is '" ~ size ~ "': expected day or month (the batch size of the daily microbatch models)"
+        ) }}
+    {%- endif -%}
+    {{ return(size) }}
+{% endmacro %}
+
+
+{#
+    ['YYYY-MM-DD', 'YYYY-MM-DD'): the days of the current microbatch batch this run
+    rebuilds (the batch cut to the source's rebuilt_range; the source named, else the one
+    daily_microbatch tagged the model with), or none when a batch is a day (every day of a
+    day batch is rebuilt) or outside a batch. Both bounds equal when the batch holds no
+    rebuilt day.
+#}
+{% macro batch_days(source_name=none) %}
+    {%- set batch = model.get('batch') if execute else none -%}
+    {%- if not batch or config.get('batch_size') == 'day' -%}
+        {{ return(none) }}
+    {%- endif -%}
+    {%- if source_name is none -%}
+        {#- the model's source: daily_microbatch tags the model with it -#}
+        {%- set tagged = dayclose.landing_sources() | select('in', model.tags) | list -%}
+        {%- if tagged | length != 1 -%}
+            {{ exceptions.raise_compiler_error(
+                "microbatch model " ~ model.name ~ " in " ~ config.get('batch_size') ~ " batches needs one "
+                ~ "landing source among its tags (daily_microbatch sets it), found " ~ (tagged | join(', ') or 'none')
+            ) }}
+        {%- endif -%}
+        {%- set source_name = tagged[0] -%}
+    {%- endif -%}
+    {%- set rebuilt = dayclose.rebuilt_range(source_name) -%}
+    {%- set first = [batch.get('event_time_start').strftime('%Y-%m-%d'), rebuilt[0]] | max -%}
+    {%- set last = [batch.get('event_time_end').strftime('%Y-%m-%d'), rebuilt[1]] | min -%}
+    {{ return([first, [first, last] | max]) }}
+{% endmacro %}
+
+
+{#
+    SQL condition for a microbatch model's select: `column` (a date or timestamp: the
+    model's day, or its input's event time) is in a day of the batch this run rebuilds
+    (batch_days); true with day batches.
+#}
+{% macro in_batch_days(source_name, column) -%}
+    {%- set days = dayclose.batch_days(source_name) -%}
+    {%- if days is none -%}
+    1 = 1
+    {%- else -%}
+    {{ column }} >= {{ dayclose.timestamp_literal(days[0] ~ ' 00:00:00') }}
+    and {{ column }} < {{ dayclose.timestamp_literal(days[1] ~ ' 00:00:00') }}
+    {%- endif -%}
+{%- endmacro %}
 
 
 {#

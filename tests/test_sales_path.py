@@ -343,3 +343,41 @@ def test_an_index_added_later_is_created_on_the_next_run_without_a_full_refresh(
     for name, columns in indexed.items():
         assert len([d for d in indexes()[name] if d.endswith(columns)]) == 1, name
     assert daily_sales(engine) == {(MONDAY, "S-001"): (Decimal("20.00"), 2)}
+
+
+def test_month_batches_rebuild_only_the_runs_days(engine: Target, landing: Path) -> None:
+    """dayclose builds daily_sales a calendar month per microbatch batch (macros/windows.sql):
+    a batch reaches before and after the days a run rebuilds, and must neither add the
+    as-of day's first sales (its batch is complete, the day is not in the window) nor
+    touch the month's earlier days, final since an earlier run."""
+    for day in range(1, 8):  # one sale a day, Nov 1..7, each arriving within the hour
+        write_batch(
+            landing,
+            f"2026-11-0{day}T09",
+            [sale(f"n{day}", "S-001", f"2026-11-0{day}T09:00:00Z", f"2026-11-0{day}T09:01:00Z", f"{day}.00")],
+        )
+    for day in (7, 8):  # sold and arrived before 01:30 on the as-of days
+        write_batch(
+            landing,
+            f"2026-11-0{day}T00",
+            [sale(f"m{day}", "S-002", f"2026-11-0{day}T00:10:00Z", f"2026-11-0{day}T00:20:00Z", "50.00")],
+        )
+    written = "select sale_date, shop_id, sales_amount from {schema}.daily_sales order by sale_date, shop_id"
+
+    # the first build: Nov 1..6 in one month batch, which creates the table
+    first = run(engine, landing, "2026-11-07T01:30")
+    assert first.ok and first.window == (date(2026, 11, 1), date(2026, 11, 7)), first.lines()
+    assert [(str(d), s, a) for d, s, a in table(engine, written)] == [
+        (f"2026-11-0{day}", "S-001", Decimal(f"{day}.00")) for day in range(1, 7)
+    ]
+
+    # the next night: Nov 4..7, in the same month batch; Nov 1..3 stay as they were
+    night = run(engine, landing, "2026-11-08T01:30")
+    assert night.ok and night.window == (date(2026, 11, 4), date(2026, 11, 8)), night.lines()
+    assert [(str(d), s, a) for d, s, a in table(engine, written)] == [
+        *[(f"2026-11-0{day}", "S-001", Decimal(f"{day}.00")) for day in range(1, 7)],
+        ("2026-11-07", "S-001", Decimal("7.00")),
+        ("2026-11-07", "S-002", Decimal("50.00")),
+    ]
+    assert daily_sales(engine)[("2026-11-07", "S-002")] == (Decimal("50.00"), 1)
+    assert ("2026-11-08", "S-002") not in daily_sales(engine)

@@ -5,7 +5,8 @@
     at least stuck_sensor_run_units consecutive units of a line). daily_good_units and
     line_daily_units add these up.
 #}
-{{ config(**dayclose.daily_microbatch('units', 'production_date')) }}
+{#- day batches: a run of equal readings is followed within its batch (one day) -#}
+{{ config(**dayclose.daily_microbatch('units', 'production_date', batch_size='day')) }}
 
 {%- set sensors = ['fill_level_ml', 'capper_torque_nm', 'temperature_c'] -%}
 

@@ -10,9 +10,11 @@ with
 
 sales as (
 
-    -- dbt limits this to the batch's day through the event_time of the ref;
-    -- a run as of T counts what had arrived, in complete batches, by T
+    -- dbt limits this to the batch's days through the event_time of the ref, and
+    -- in_batch_days to those the run rebuilds (windows.sql); a run as of T counts what
+    -- had arrived, in complete batches, by T
     {{ dayclose.known_as_of(ref('int_sales_deduplicated')) }}
+        and {{ dayclose.in_batch_days('sales', 'sold_at') }}
 
 ),
 

@@ -10,8 +10,10 @@ with
 
 line_sku_days as (
 
-    -- dbt limits this to the batch's day through the event_time of the ref
+    -- dbt limits this to the batch's days through the event_time of the ref, and
+    -- in_batch_days to those the run rebuilds (windows.sql)
     select * from {{ ref('int_line_sku_days_counted') }}
+    where {{ dayclose.in_batch_days('units', 'production_date') }}
 
 ),
 
