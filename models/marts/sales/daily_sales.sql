@@ -8,13 +8,19 @@
 
 with
 
+known_sales as (
+
+    -- dbt limits this to the batch's days through the event_time of the ref; a run as of
+    -- T counts what had arrived, in complete batches, by T
+    {{ dayclose.known_as_of(ref('int_sales_deduplicated')) }}
+
+),
+
 sales as (
 
-    -- dbt limits this to the batch's days through the event_time of the ref, and
-    -- in_batch_days to those the run rebuilds (windows.sql); a run as of T counts what
-    -- had arrived, in complete batches, by T
-    {{ dayclose.known_as_of(ref('int_sales_deduplicated')) }}
-        and {{ dayclose.in_batch_days('sales', 'sold_at') }}
+    -- the batch's days the run rebuilds (windows.sql)
+    select * from known_sales
+    where {{ dayclose.in_batch_days('sales', 'sold_at') }}
 
 ),
 
