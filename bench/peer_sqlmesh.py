@@ -1,7 +1,7 @@
 """dayclose against a peer, SQLMesh, on the same sales landing and machine (not a test).
 
     .venv/bin/python -m bench.peer_sqlmesh                        # 30 and 120 days at 100,000 sales a day
-    .venv/bin/python -m bench.peer_sqlmesh --days 5 --events-per-day 3000    # smoke: under 2 minutes
+    .venv/bin/python -m bench.peer_sqlmesh --days 5 --events-per-day 3000 --repeat 1  # smoke, 2 minutes
 
 SQLMesh is installed from PyPI into its own venv (--sqlmesh-venv, default
 /work/bench-data/sqlmesh-venv; created with `pip install "sqlmesh==0.236.*"` if missing), so the
