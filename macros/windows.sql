@@ -62,7 +62,7 @@
     `month`, which dayclose's runs set (DAYCLOSE_BATCH_SIZE, read when dbt parses the
     models). dbt runs each batch as statements of their own and spends about 0.1 s of
     Python on each, whatever its size: in a first build of 120 days daily_sales took 10 to
-    13 s in 120 day batches, 0.6 to 1.1 s in 5 month batches. dbt aligns a month batch to
+    13 s in 120 day batches, 0.6 to 1.1 s in 4 month batches. dbt aligns a month batch to
     the calendar, so it can reach before the first day a run rebuilds or after its last:
     the models read and the overwrite replaces only the days of the batch the run rebuilds
     (batch_days), so a day is built and overwritten whole exactly as by its own day batch.
