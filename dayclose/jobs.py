@@ -183,8 +183,7 @@ def _timed(run: _Run, name: str, fn: Callable[..., T], *args: Any) -> T:
 
 
 def _steps(run: _Run) -> None:
-    summary, target = run.summary, run.target
-    dbt.warm_up(target)
+    summary = run.summary
     if run.require_complete and run.landing is not None:
         summary.missing_markers = missing_markers(
             run.landing, run.source.name, summary.window[0], summary.as_of
@@ -192,6 +191,15 @@ def _steps(run: _Run) -> None:
     if summary.missing_markers:
         summary.status = "waiting for completeness markers"
         return
+    dbt.prepare(run.target, run.project_vars)
+    try:
+        _load_build_publish(run)
+    finally:
+        dbt.finish_preparing()  # a run that stopped before its dbt step leaves no parse behind
+
+
+def _load_build_publish(run: _Run) -> None:
+    summary, target = run.summary, run.target
     before = published_total(target, run.source, summary.window) if run.reason is not None else None
     if run.landing is not None:
         # a restatement re-reads every manifest: it is the path for old corrections

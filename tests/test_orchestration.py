@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from dayclose import prefect_tasks
+from dayclose import jobs, prefect_tasks
 from dayclose.errors import WarehouseBusy
 from dayclose.generate import generate_sales, read_sales_truth
 from dayclose.jobs import run_nightly
@@ -208,6 +209,32 @@ def test_run_killed_mid_build_then_rerun_is_exact(engine: Target, landing: Path,
     ours = published(engine)
     # by Nov 25 00:30 every sale of Nov 20 has arrived (the last ones 72 h after the day)
     assert ours["2026-11-20"] == week["2026-11-20"]
+
+
+def test_the_build_runs_on_the_parse_made_during_the_load(engine: Target, landing: Path, week: dict) -> None:
+    """dbt parses the project once per run, in a thread beside the load; the build does not parse."""
+    summary = run_nightly("sales", engine, landing, ts("2026-11-25T00:30"), quiet=True)
+    assert summary.ok, summary.lines()
+    [log] = Path(os.environ["DAYCLOSE_STATE_DIR"]).glob("*/logs/dbt.log")
+    invocations = log.read_text(errors="replace").split("Running with dbt=")[1:]
+    commands = [re.search(r"Command `cli (\w+)`", text).group(1) for text in invocations]
+    assert commands == ["parse", "build"]
+    parse, build = invocations
+    assert "Starting full parse" in parse  # a new state folder
+    assert "full parse" not in build and "Partial parsing" not in build
+    assert published(engine)["2026-11-20"] == week["2026-11-20"]
+
+
+def test_a_run_whose_load_fails_leaves_no_parse_behind(
+    engine: Target, landing: Path, week: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def load_dies(*args):
+        raise RuntimeError("the landing's disk is gone (injected)")
+
+    monkeypatch.setattr(jobs, "load_step", load_dies)
+    with pytest.raises(RuntimeError, match="injected"):
+        run_nightly("sales", engine, landing, ts("2026-11-25T00:30"), quiet=True)
+    assert [t.name for t in threading.enumerate() if t.name.startswith("dayclose-dbt")] == []
 
 
 def test_restatement_is_audited(
