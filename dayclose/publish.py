@@ -41,7 +41,7 @@ def published_relations(target: Target, job: str) -> list[Published]:
 
     A model with `meta: {publish: {by_day: <date column>}}` is published for the run's days,
     one with `meta: {publish: whole}` whole; a job publishes the models tagged with its
-    source and the shared ones. Read from the manifest.json of the run's own parse.
+    source and the shared ones. Read from the manifest of the run's own dbt build.
     """
     path = target.state_dir / "target" / "manifest.json"
     try:
