@@ -13,8 +13,10 @@
     - number:    a finite JSON number, at most 16 integer digits, 15 decimals and a
                  two-digit exponent
 
-    No statement can fail on any input: the shape of the whole line is checked by one
-    regular expression first (the same text on DuckDB's RE2 and Postgres' regex engine),
+    No statement can fail on any input: the shape of the whole line is checked by a
+    regular expression first (the same text on DuckDB's RE2 and Postgres' regex engine;
+    a line without a backslash by the same grammar without its escapes, which cannot
+    occur there),
     every JSON function and cast runs only on lines and tokens that passed their check,
     and timestamps are converted to UTC by arithmetic. Values are taken verbatim from the
     line's text, so both engines read the same thing (DuckDB's JSON functions take the
@@ -35,9 +37,12 @@
     {%- set value -%}(?:{{ string }}|{{ number }}|true|false|null){%- endset -%}
     {%- set plain_key -%}"[^"\\\x00-\x1f]*"{%- endset -%}
     {%- set member -%}{{ plain_key }}{{ ws }}:{{ ws }}{{ value }}{%- endset -%}
+    {#- a line without a backslash holds no escape: its strings are plain, like its keys -#}
+    {%- set plain_member -%}{{ plain_key }}{{ ws }}:{{ ws }}(?:{{ plain_key }}|{{ number }}|true|false|null){%- endset -%}
     {%- set date -%}(?:[1-9][0-9]{3}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-8]))|(?:[1-9][0-9](?:0[48]|[2468][048]|[13579][26])|(?:[2468][048]|[13579][26])00)-02-29){%- endset -%}
     {{ return({
         'flat_object': ws ~ '\\{' ~ ws ~ '(?:' ~ member ~ ws ~ '(?:,' ~ ws ~ member ~ ws ~ ')*)?\\}' ~ ws,
+        'flat_object_without_escapes': ws ~ '\\{' ~ ws ~ '(?:' ~ plain_member ~ ws ~ '(?:,' ~ ws ~ plain_member ~ ws ~ ')*)?\\}' ~ ws,
         'id': '"[A-Za-z0-9_.:/-]+"',
         'timestamp': '"' ~ date ~ 'T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]{1,6})?(?:Z|[+-](?:0[0-9]|1[0-4]):[0-5][0-9])"',
         'decimal': '"-?[0-9]{1,15}(?:\\.[0-9]{1,2})?"|-?[0-9]{1,15}(?:\\.[0-9]{1,2})?',
@@ -258,10 +263,18 @@
 
     shaped as materialized (
 
+        {# the same answer both ways; Postgres runs the expression without escapes 4x as fast #}
         select
             *,
-            coalesce(byte_error is null and {{ dayclose.regexp_full('raw_line', patterns.flat_object) }}, false)
-                as is_flat_object
+            coalesce(
+                byte_error is null
+                and case
+                    when strpos(raw_line, chr(92)) = 0
+                        then {{ dayclose.regexp_full('raw_line', patterns.flat_object_without_escapes) }}
+                    else {{ dayclose.regexp_full('raw_line', patterns.flat_object) }}
+                end,
+                false
+            ) as is_flat_object
 
         from {{ relation }}
 
