@@ -381,7 +381,7 @@ def _first_build_window(target: Target, src: Source, summary: RunSummary) -> tup
         if wh.relation_exists(target.schema, src.mart):
             return window
         raw = f"{target.landing_schema}.{src.table}"
-        day = wh.regexp_extract("raw_line", f'"{event_at}"[ ]*:[ ]*"([0-9]{{4}}-[0-9]{{2}}-[0-9]{{2}})T')
+        day = event_day_sql(wh, event_at)
         first = wh.scalar(
             f"select min(event_day) from (select {day} as event_day from {raw}) as days "
             "where event_day >= %s and event_day < %s",
@@ -393,6 +393,29 @@ def _first_build_window(target: Target, src: Source, summary: RunSummary) -> tup
     if first is not None and date.fromisoformat(first) < window[0]:
         return date.fromisoformat(first), window[1]
     return window
+
+
+def event_day_sql(wh: Warehouse, event_at: str) -> str:
+    """SQL: the day of a raw line's `event_at` timestamp, as text (null when none is found).
+
+    The regular expression defines it: the first `"<event_at>" : "YYYY-MM-DDT`, spaces allowed
+    around the colon. Postgres' regular expressions are slow to capture (the first build's
+    look-up over a 30-day landing of 3 M lines: 28 to 29 s), so the lines whose first
+    `"<event_at>"` is followed by `: "`, a day of digits and a `T`, as dayclose's writers put
+    it, take the day by position (strpos, substr, like, translate; the same look-up: 10.6 to
+    11.5 s), and only the other lines go through the expression. The same result for every
+    line: where the key's first occurrence is followed by a day, the expression matches there,
+    and no match of it can start before the key's first occurrence.
+    """
+    key = f'"{event_at}"'
+    head = f'{key}: "____-__-__T'  # the key, then the day's 10 characters, then the T
+    key_and_day = f"substr(raw_line, strpos(raw_line, '{key}'), {len(head)})"  # 0: shorter than head
+    day = f"substr({key_and_day}, {len(key) + 4}, 10)"
+    pattern = wh.regexp_extract("raw_line", f'{key}[ ]*:[ ]*"([0-9]{{4}}-[0-9]{{2}}-[0-9]{{2}})T')
+    return (
+        f"case when {key_and_day} like '{head}' and translate({day}, '0123456789', '') = '--' "
+        f"then {day} else {pattern} end"
+    )
 
 
 def _first_arrival_day(wh: Warehouse, raw: str) -> date:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 from datetime import date, datetime, timedelta
 from decimal import Decimal
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from dayclose.generate import generate_sales, read_sales_truth
-from dayclose.jobs import run_nightly
+from dayclose.jobs import event_day_sql, run_nightly
 from dayclose.settings import Target
 from dayclose.warehouse import Warehouse
 from tests.helpers import (
@@ -381,3 +382,36 @@ def test_month_batches_rebuild_only_the_runs_days(engine: Target, landing: Path)
     ]
     assert daily_sales(engine)[("2026-11-07", "S-002")] == (Decimal("50.00"), 1)
     assert ("2026-11-08", "S-002") not in daily_sales(engine)
+
+
+FIRST_BUILD_LINES = [
+    '{"event_id": "a", "sold_at": "2026-01-05T10:00:00Z", "amount": "1.00"}',
+    '{"event_id": "b", "sold_at" :  "2026-01-04T10:00:00Z"}',  # spaces around the colon
+    '{"event_id": "c", "sold_at":"2026-01-08T10:00:00Z"}',  # none
+    '{"sold_at": "2026-0a-05T10:00:00Z", "sold_at": "2026-01-03T00:00:00Z"}',  # the first is no day
+    '{"note": "sold_at", "sold_at": "2026-01-06T10:00:00Z"}',  # the key's text as a value first
+    '{"shop": "Zürich ☕ ✓", "sold_at": "2026-01-02T10:00:00Z"}',  # multi-byte characters before it
+    '{"sold_at": "2026-01-07 10:00:00"}',  # no T
+    '{"sold_at": 20260101}',
+    '{"sold_at":\t"2026-01-01T10:00:00Z"}',  # a tab is not one of the expression's spaces
+    '{"sold_at": "2026-01-0',  # truncated
+    '{"received_at": "2026-01-01T10:00:00Z"}',  # no key
+    '"sold_at": "2026-01-09T',  # no object, still the day
+    "",
+]
+
+
+def test_the_first_build_reads_each_lines_day_as_the_expression_defines_it(engine: Target) -> None:
+    """The first build's look-up takes most lines' day by position and the rest by the regular
+    expression: on both engines, every line gives the expression's own day (checked in Python)."""
+    expression = re.compile(r'"sold_at"[ ]*:[ ]*"([0-9]{4}-[0-9]{2}-[0-9]{2})T')
+    expected = [(m.group(1) if (m := expression.search(line)) else None) for line in FIRST_BUILD_LINES]
+    assert expected.count(None) == 6  # the corpus has both outcomes, and every path of the look-up
+    with Warehouse(engine) as wh:
+        wh.execute("create table first_lines (line_number integer, raw_line varchar)")
+        for number, line in enumerate(FIRST_BUILD_LINES):
+            wh.execute("insert into first_lines values (%s, %s)", (number, line))
+        days = wh.query(
+            f"select line_number, {event_day_sql(wh, 'sold_at')} from first_lines order by line_number"
+        )
+    assert [day for _, day in days] == expected
