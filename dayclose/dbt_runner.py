@@ -111,7 +111,7 @@ Invoker = Callable[[list[str]], Any]
 
 @dataclass
 class _Parse:
-    """A parse of the project started ahead of the run's dbt step (see `prepare`)."""
+    """A parse of the project started ahead of the run's dbt step, or dbt's import alone (see `prepare`)."""
 
     key: tuple[str, ...]
     manifest: Any = None
@@ -127,7 +127,7 @@ def _parse_key(target: Target, args: list[str]) -> tuple[str, ...]:
     return (target.name, str(target.state_dir), given)
 
 
-def prepare(target: Target, extra_vars: dict[str, Any] | None = None) -> None:
+def prepare(target: Target, extra_vars: dict[str, Any] | None = None, own_runner: bool = False) -> None:
     """Import dbt and parse the project in a background thread while the run loads.
 
     Importing dbt is seconds of Python (dbt-core builds its dataclass serializers at import),
@@ -140,12 +140,19 @@ def prepare(target: Target, extra_vars: dict[str, Any] | None = None) -> None:
     on them. A parse that fails is left to fail again, with its message, in the run's own dbt
     step. The engine's driver, which the run and the adapter both import, is imported first,
     in the caller's thread, so that the two threads do not import it at once.
+
+    `own_runner`: the run's dbt step uses a runner that parses by itself (prefect-dbt's). The
+    thread then parses only where dbt has no partial-parse state yet (a first build: the full
+    parse moves beside the load, and the runner finds the state); otherwise it only imports
+    dbt, so that a night does not parse twice.
     """
     global _parse
     finish_preparing()  # never two dbt invocations at once in this process
     importlib.import_module("duckdb" if target.name == "duckdb" else "psycopg2")
     # no manifest.json: the run's dbt step writes it (the partial-parse state is written anyway)
     args = ["--quiet", *dbt_args(target, ["parse", "--no-write-json"], extra_vars=extra_vars)]
+    if own_runner and (target.state_dir / "target" / "partial_parse.msgpack").exists():
+        args = []  # import only
     parse = _Parse(_parse_key(target, args))
     parse.thread = threading.Thread(
         target=_parse_quietly, args=(parse, target, args), name="dayclose-dbt-parse", daemon=True
@@ -168,12 +175,10 @@ def _parse_quietly(parse: _Parse, target: Target, args: list[str]) -> None:
         from dbt.cli.main import dbtRunner
 
         importlib.import_module(f"dbt.adapters.{target.name}")
-        with _environment(dbt_env(target)):
-            try:
-                result = dbtRunner().invoke(args)
-            finally:
-                if target.name == "duckdb":
-                    _release_duckdb()
+        if not args:
+            return
+        with _dbt_call(target, dbt_env(target)):
+            result = dbtRunner().invoke(args)
     except Exception:  # noqa: BLE001 - the run's own dbt step parses again and reports it
         return
     if result.success:
@@ -185,6 +190,17 @@ def _default_invoker(args: list[str], manifest: Any = None) -> Any:
     from dbt.cli.main import dbtRunner
 
     return dbtRunner(manifest=manifest).invoke(args)
+
+
+@contextmanager
+def _dbt_call(target: Target, env: dict[str, str]) -> Iterator[None]:
+    """A dbt invocation's surroundings: its environment variables, then the DuckDB file released."""
+    with _environment(env):
+        try:
+            yield
+        finally:
+            if target.name == "duckdb":
+                _release_duckdb()
 
 
 def _release_duckdb() -> None:
@@ -231,12 +247,8 @@ def invoke(
     """
     parse = finish_preparing()
     manifest = parse.manifest if parse is not None and parse.key == _parse_key(target, args) else None
-    with _environment({**dbt_env(target), **run_env(run_vars)}):
-        try:
-            result = (invoker or partial(_default_invoker, manifest=manifest))(args)
-        finally:
-            if target.name == "duckdb":
-                _release_duckdb()
+    with _dbt_call(target, {**dbt_env(target), **run_env(run_vars)}):
+        result = (invoker or partial(_default_invoker, manifest=manifest))(args)
     nodes: list[NodeResult] = []
     run_results = getattr(result, "result", None)
     for r in getattr(run_results, "results", None) or []:

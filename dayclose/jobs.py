@@ -191,7 +191,7 @@ def _steps(run: _Run) -> None:
     if summary.missing_markers:
         summary.status = "waiting for completeness markers"
         return
-    dbt.prepare(run.target, run.project_vars)
+    dbt.prepare(run.target, run.project_vars, own_runner=run.invoker is not None)
     try:
         _load_build_publish(run)
     finally:
