@@ -263,7 +263,7 @@
 
     shaped as materialized (
 
-        {# the same answer both ways; Postgres runs the expression without escapes 4x as fast #}
+        {# the same answer both ways; on Postgres, 3 M lines: 13.6-14.3 s with the whole grammar, 9.0-9.4 s so #}
         select
             *,
             coalesce(
