@@ -88,7 +88,7 @@ def dbt_args(
         "--target",
         target.name,
         "--target-path",
-        str(state / "target"),
+        str(target.dbt_target_dir),
         "--log-path",
         str(state / "logs"),
     ]
@@ -151,7 +151,7 @@ def prepare(target: Target, extra_vars: dict[str, Any] | None = None, own_runner
     importlib.import_module("duckdb" if target.name == "duckdb" else "psycopg2")
     # no manifest.json: the run's dbt step writes it (the partial-parse state is written anyway)
     args = ["--quiet", *dbt_args(target, ["parse", "--no-write-json"], extra_vars=extra_vars)]
-    if own_runner and (target.state_dir / "target" / "partial_parse.msgpack").exists():
+    if own_runner and (target.dbt_target_dir / "partial_parse.msgpack").exists():
         args = []  # import only
     parse = _Parse(_parse_key(target, args))
     parse.thread = threading.Thread(

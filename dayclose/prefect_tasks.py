@@ -61,7 +61,7 @@ def dbt_invoker(target: Target) -> Callable[[list[str]], Any]:
     from prefect_dbt import PrefectDbtRunner, PrefectDbtSettings
 
     settings = PrefectDbtSettings(
-        project_dir=PROJECT_DIR, profiles_dir=profiles_dir(target), target_path=target.state_dir / "target"
+        project_dir=PROJECT_DIR, profiles_dir=profiles_dir(target), target_path=target.dbt_target_dir
     )
     runner = PrefectDbtRunner(settings=settings, raise_on_failure=False)
     return runner.invoke

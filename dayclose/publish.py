@@ -43,7 +43,7 @@ def published_relations(target: Target, job: str) -> list[Published]:
     one with `meta: {publish: whole}` whole; a job publishes the models tagged with its
     source and the shared ones. Read from the manifest of the run's own dbt build.
     """
-    path = target.state_dir / "target" / "manifest.json"
+    path = target.dbt_target_dir / "manifest.json"
     try:
         manifest = json.loads(path.read_text())
     except (OSError, ValueError) as exc:

@@ -36,6 +36,11 @@ class Target:
             key = f"postgres-{self.schema}"
         return Path(os.environ.get("DAYCLOSE_STATE_DIR", PROJECT_DIR / ".dayclose")) / key
 
+    @property
+    def dbt_target_dir(self) -> Path:
+        """dbt's target path: the manifest, run results, partial-parse state and docs site."""
+        return self.state_dir / "target"
+
 
 def resolve_target(name: str | None = None) -> Target:
     """The target named (or DAYCLOSE_TARGET, default duckdb), configured from the environment."""
