@@ -238,6 +238,30 @@ def test_the_build_runs_on_the_parse_made_during_the_load(engine: Target, landin
     assert published(engine)["2026-11-20"] == week["2026-11-20"]
 
 
+@pytest.mark.parametrize("engine", ["duckdb"], indirect=True)  # dbt's files: the same on both engines
+def test_manifest_json_is_written_when_the_project_was_parsed_again(
+    engine: Target, landing: Path, week: dict
+) -> None:
+    """run_results.json after every build; manifest.json only when dbt parsed the project again."""
+    folder = engine.dbt_target_dir
+    written = folder / "manifest.json"
+
+    def night(as_of: str, **kwargs) -> tuple[int, dict]:
+        summary = run_nightly("sales", engine, landing, ts(as_of), quiet=True, **kwargs)
+        assert summary.ok, summary.lines()
+        run_results = json.loads((folder / "run_results.json").read_text())
+        return written.stat().st_mtime_ns, run_results
+
+    first, results = night("2026-11-24T00:30")  # a new state folder: a full parse
+    assert "model.dayclose.daily_sales" in json.loads(written.read_text())["nodes"]
+    second, again = night("2026-11-25T00:30")  # nothing changed: the same manifest.json
+    assert second == first
+    assert again["metadata"]["invocation_id"] != results["metadata"]["invocation_id"]
+    assert {r["unique_id"] for r in again["results"]} >= {"model.dayclose.daily_sales"}
+    third, _ = night("2026-11-25T00:30", window_days=5)  # other --vars: dbt parses again
+    assert third > second
+
+
 def test_a_run_whose_load_fails_leaves_no_parse_behind(
     engine: Target, landing: Path, week: dict, monkeypatch: pytest.MonkeyPatch
 ) -> None:
