@@ -405,17 +405,20 @@ def event_day_sql(wh: Warehouse, event_at: str) -> str:
     it, take the day by position (strpos, substr, like, translate; the same look-up: 10.6 to
     11.5 s), and only the other lines go through the expression. The same result for every
     line: where the key's first occurrence is followed by a day, the expression matches there,
-    and no match of it can start before the key's first occurrence.
+    and no match of it can start before the key's first occurrence. DuckDB's regular
+    expressions are fast and its `translate` is not: there the same test of those 23
+    characters is one full match (3 M lines: 0.83 s against 1.66 s; the expression alone 1.07 s).
     """
     key = f'"{event_at}"'
     head = f'{key}: "____-__-__T'  # the key, then the day's 10 characters, then the T
     key_and_day = f"substr(raw_line, strpos(raw_line, '{key}'), {len(head)})"  # 0: shorter than head
     day = f"substr({key_and_day}, {len(key) + 4}, 10)"
     pattern = wh.regexp_extract("raw_line", f'{key}[ ]*:[ ]*"([0-9]{{4}}-[0-9]{{2}}-[0-9]{{2}})T')
-    return (
-        f"case when {key_and_day} like '{head}' and translate({day}, '0123456789', '') = '--' "
-        f"then {day} else {pattern} end"
-    )
+    if wh.kind == "duckdb":
+        has_day = f"""regexp_full_match({key_and_day}, '{key}: "[0-9]{{4}}-[0-9]{{2}}-[0-9]{{2}}T')"""
+    else:
+        has_day = f"{key_and_day} like '{head}' and translate({day}, '0123456789', '') = '--'"
+    return f"case when {has_day} then {day} else {pattern} end"
 
 
 def _first_arrival_day(wh: Warehouse, raw: str) -> date:
