@@ -346,6 +346,31 @@ def test_an_index_added_later_is_created_on_the_next_run_without_a_full_refresh(
     assert daily_sales(engine) == {(MONDAY, "S-001"): (Decimal("20.00"), 2)}
 
 
+@pytest.mark.parametrize("engine", ["postgres"], indirect=True)  # DuckDB keeps its statistics itself
+def test_the_growing_tables_are_analyzed_when_their_statistics_are_stale(
+    engine: Target, landing: Path
+) -> None:
+    """Without statistics Postgres' planner reads the whole decoded table to delete a night's
+    batches (macros/indexes.sql, analyze_if_stale): the first build analyzes the tables that
+    grow every night; a night that changes a few rows of them leaves the statistics as they are."""
+    grown = ("int_sale_lines_decoded", "int_sales_deduplicated")
+
+    def analyzed() -> dict[str, object]:
+        with Warehouse(engine) as wh:
+            rows = wh.query(
+                "select relname, last_analyze from pg_stat_user_tables where schemaname = 'dayclose'"
+            )
+        return {name: at for name, at in rows if name in grown}
+
+    write_batch(landing, f"{MONDAY}T08", [sale("a1", "S-001", f"{MONDAY}T08:00:00Z", f"{MONDAY}T08:01:00Z")])
+    assert run(engine, landing, "2026-11-24T00:30").ok
+    first = analyzed()
+    assert sorted(first) == sorted(grown) and None not in first.values(), first
+    write_batch(landing, f"{MONDAY}T09", [sale("a2", "S-001", f"{MONDAY}T09:00:00Z", f"{MONDAY}T09:01:00Z")])
+    assert run(engine, landing, "2026-11-24T00:30").ok
+    assert analyzed() == first  # 2 rows of 1 changed: under 50 rows plus 10%
+
+
 def test_month_batches_rebuild_only_the_runs_days(engine: Target, landing: Path) -> None:
     """dayclose builds daily_sales a calendar month per microbatch batch (macros/windows.sql):
     a batch reaches before and after the days a run rebuilds, and must neither add the
