@@ -217,7 +217,7 @@ def _release_duckdb() -> None:
             manager._ENV = None
 
 
-def _write_artifacts(target: Target, manifest: Any, result: Any) -> None:
+def _write_artifacts(target: Target, manifest: Any, run_results: Any) -> None:
     """dbt's artifacts of a run handed the parsed manifest: run_results.json, and manifest.json
     when the project was parsed again since it was last written.
 
@@ -228,7 +228,6 @@ def _write_artifacts(target: Target, manifest: Any, result: Any) -> None:
     the published models from it).
     """
     folder = target.dbt_target_dir
-    run_results = getattr(result, "result", None)
     if hasattr(run_results, "write"):
         run_results.write(str(folder / "run_results.json"))
     written, parsed = folder / "manifest.json", folder / "partial_parse.msgpack"
@@ -274,10 +273,10 @@ def invoke(
         args = [*args, "--no-write-json"]  # written below, manifest.json only when it changed
     with _dbt_call(target, {**dbt_env(target), **run_env(run_vars)}):
         result = (invoker or partial(_default_invoker, manifest=manifest))(args)
-    if own_artifacts:
-        _write_artifacts(target, manifest, result)
-    nodes: list[NodeResult] = []
     run_results = getattr(result, "result", None)
+    if own_artifacts:
+        _write_artifacts(target, manifest, run_results)
+    nodes: list[NodeResult] = []
     for r in getattr(run_results, "results", None) or []:
         node = r.node
         nodes.append(
