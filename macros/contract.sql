@@ -261,7 +261,7 @@
     {%- set names = fields.keys() | list -%}
     with
 
-    shaped as materialized (
+    shaped as {{ dayclose.cte_computed_once() }} (
 
         {# the same answer both ways; on Postgres, 3 M lines: 13.6-14.3 s with the whole grammar, 9.0-9.4 s so #}
         select
@@ -280,13 +280,13 @@
 
     ),
 
-    tokens as materialized (
+    tokens as {{ dayclose.cte_computed_once() }} (
 
         {{ dayclose.json_field_tokens('shaped', fields) }}
 
     ),
 
-    checked as materialized (
+    checked as {{ dayclose.cte_computed_once() }} (
 
         select
             *,
@@ -329,7 +329,7 @@
 
     ),
 
-    reasoned as materialized (
+    reasoned as {{ dayclose.cte_computed_once() }} (
 
         select
             *,

@@ -234,16 +234,13 @@ def test_an_earlier_copy_loaded_later_revises_the_first_arrival(engine: Target, 
 
 
 def test_a_damaged_registry_blocks_publication(engine: Target, landing: Path) -> None:
-    """The first-arrival registry decides what counts: an event registered twice, or a valid
-    line whose event is missing from it, fails the gate and nothing reaches readers."""
-    write_batch(
-        landing,
-        "2026-11-23T10",
-        [
-            sale("a1", "S-001", "2026-11-23T10:00:00Z", "2026-11-23T10:01:00Z"),
-            sale("a2", "S-002", "2026-11-23T10:00:00Z", "2026-11-23T10:01:00Z"),
-        ],
-    )
+    """The first-arrival registry decides what counts. Damaged four ways, each fails the gate
+    with its own row and nothing reaches readers: an event registered twice (a1), a valid
+    line whose event is missing (a2), a first arrival moved to a later copy (a3: the earlier
+    copy arrived before it), a first arrival pointing at a line that does not exist (a4)."""
+    lines = [sale(f"a{n}", "S-001", "2026-11-23T10:00:00Z", "2026-11-23T10:01:00Z") for n in (1, 2, 3, 4)]
+    write_batch(landing, "2026-11-23T10", lines)
+    write_batch(landing, "2026-11-23T11", [sale("a3", "S-001", "2026-11-23T10:00:00Z", "2026-11-23T11:01:00Z")])
     assert run(engine, landing, "2026-11-24T00:30").ok
     before = daily_sales(engine)
     registry = f"{engine.schema}.int_sales_deduplicated"
@@ -256,14 +253,27 @@ def test_a_damaged_registry_blocks_publication(engine: Target, landing: Path) ->
                 wh.execute(f'drop index {engine.schema}."{index}"')
         wh.execute(f"insert into {registry} select * from {registry} where event_id = 'a1'")
         wh.execute(f"delete from {registry} where event_id = 'a2'")
+        wh.execute(
+            f"update {registry} set batch_id = copy.batch_id, file_name = copy.file_name, "
+            "line_number = copy.line_number, received_at = copy.received_at "
+            f"from (select * from {engine.schema}.int_sale_lines_validated "
+            "where event_id = 'a3' and batch_id = '2026-11-23T11') as copy "
+            f"where {registry}.event_id = 'a3'"
+        )
+        wh.execute(f"update {registry} set line_number = 99 where event_id = 'a4'")
     summary = run(engine, landing, "2026-11-24T00:30")
     assert not summary.published and summary.status == "gates failed", summary.lines()
     problems = table(
         engine,
-        "select event_id, problem from {schema}_dbt_test__audit.sales_first_arrivals_account_for_lines "
-        "order by event_id",
+        "select event_id, batch_id, line_number, problem "
+        "from {schema}_dbt_test__audit.sales_first_arrivals_account_for_lines order by event_id",
     )
-    assert problems == [("a1", "event registered more than once"), ("a2", "valid line without an event")]
+    assert problems == [
+        ("a1", "2026-11-23T10", 1, "event registered more than once"),
+        ("a2", "2026-11-23T10", 2, "valid line without an event"),
+        ("a3", "2026-11-23T10", 3, "a copy arrived before the first arrival"),
+        ("a4", "2026-11-23T10", 99, "first arrival that is not a valid line"),
+    ]
     assert daily_sales(engine) == before
 
 

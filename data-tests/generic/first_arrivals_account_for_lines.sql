@@ -24,18 +24,28 @@ valid_lines as (
 
 ),
 
-registered as (
+registered_in_days as (
 
-    -- the registered events of the rebuilt days, and of the lines whose event is registered
-    -- on another day (a copy with another event time): not the whole registry
-    {{ dayclose.registered_for_lines(source_name, model, 'valid_lines') }}
+    -- the registered events of the rebuilt days, one row each: how many times registered
+    -- (a sound registry: once) and the first arrival's place in the arrival order
+    select
+        {%- for k in keys %}
+        {{ k }},
+        {%- endfor %}
+        count(*) as registered_count,
+        min(batch_id) as first_batch_id,
+        min(received_at) as first_received_at
+
+    from {{ model }} as registry
+    where {{ dayclose.in_rebuilt_days(source_name, 'registry.' ~ entry['event_at']) }}
+    group by {{ keys | join(', ') }}
 
 ),
 
-lines_registered as (
+lines_in_days as (
 
-    -- each valid line with its event's registered first arrival(s): one look-up, used by
-    -- both checks below
+    -- each valid line with its event's registration in the rebuilt days (none for a copy
+    -- whose first arrival has another event time)
     select
         {%- for k in keys %}
         valid_lines.{{ k }},
@@ -44,12 +54,59 @@ lines_registered as (
         valid_lines.file_name,
         valid_lines.line_number,
         valid_lines.received_at,
-        first_arrivals.batch_id as first_batch_id,
-        first_arrivals.received_at as first_received_at
+        registered.registered_count,
+        registered.first_batch_id,
+        registered.first_received_at
 
     from valid_lines
-    left join registered as first_arrivals
-        on {{ dayclose.keys_equal(keys, 'valid_lines', 'first_arrivals') }}
+    left join registered_in_days as registered
+        on {{ dayclose.keys_equal(keys, 'valid_lines', 'registered') }}
+
+),
+
+registered_elsewhere as (
+
+    -- the registrations, on any day, of the events the lines above did not find: read from
+    -- the whole registry for those events only (most nights none), so the gate's cost
+    -- follows the window, not the history
+    select
+        {%- for k in keys %}
+        registry.{{ k }},
+        {%- endfor %}
+        count(*) as registered_count,
+        min(registry.batch_id) as first_batch_id,
+        min(registry.received_at) as first_received_at
+
+    from {{ model }} as registry
+    inner join (
+        select distinct {{ keys | join(', ') }} from lines_in_days
+        where registered_count is null
+    ) as unregistered
+        on {{ dayclose.keys_equal(keys, 'registry', 'unregistered') }}
+    group by {% for k in keys %}registry.{{ k }}{{ ', ' if not loop.last }}{% endfor %}
+
+),
+
+lines_registered as (
+
+    -- each valid line with its event's registration, wherever it is
+    select
+        {%- for k in keys %}
+        lines.{{ k }},
+        {%- endfor %}
+        lines.batch_id,
+        lines.file_name,
+        lines.line_number,
+        lines.received_at,
+        coalesce(lines.registered_count, elsewhere.registered_count) as registered_count,
+        coalesce(lines.first_batch_id, elsewhere.first_batch_id) as first_batch_id,
+        coalesce(lines.first_received_at, elsewhere.first_received_at) as first_received_at
+
+    from lines_in_days as lines
+    left join registered_elsewhere as elsewhere
+        on
+            lines.registered_count is null
+            and {{ dayclose.keys_equal(keys, 'lines', 'elsewhere') }}
 
 ),
 
@@ -70,7 +127,8 @@ lines_checked as (
         file_name,
         line_number,
         case
-            when first_batch_id is null then 'valid line without an event'
+            when registered_count is null then 'valid line without an event'
+            when registered_count > 1 then 'event registered more than once'
             when
                 batch_id < first_batch_id
                 or (batch_id = first_batch_id and received_at < first_received_at)
@@ -102,32 +160,12 @@ events_checked as (
 
 ),
 
-registered_twice as (
-
-    -- a line whose event has more than one registered row
-    select
-        {%- for k in keys %}
-        {{ k }},
-        {%- endfor %}
-        batch_id,
-        file_name,
-        line_number,
-        'event registered more than once' as problem
-
-    from lines_registered
-    group by {{ keys | join(', ') }}, batch_id, file_name, line_number
-    having count(*) > 1
-
-),
-
 final as (
 
     select * from lines_checked
     where problem is not null
     union all
     select * from events_checked
-    union all
-    select * from registered_twice
 
 )
 
