@@ -240,7 +240,8 @@ def test_a_damaged_registry_blocks_publication(engine: Target, landing: Path) ->
     copy arrived before it), a first arrival pointing at a line that does not exist (a4)."""
     lines = [sale(f"a{n}", "S-001", "2026-11-23T10:00:00Z", "2026-11-23T10:01:00Z") for n in (1, 2, 3, 4)]
     write_batch(landing, "2026-11-23T10", lines)
-    write_batch(landing, "2026-11-23T11", [sale("a3", "S-001", "2026-11-23T10:00:00Z", "2026-11-23T11:01:00Z")])
+    later_copy = sale("a3", "S-001", "2026-11-23T10:00:00Z", "2026-11-23T11:01:00Z")
+    write_batch(landing, "2026-11-23T11", [later_copy])
     assert run(engine, landing, "2026-11-24T00:30").ok
     before = daily_sales(engine)
     registry = f"{engine.schema}.int_sales_deduplicated"

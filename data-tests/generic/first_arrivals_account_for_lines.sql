@@ -27,7 +27,8 @@ valid_lines as (
 registered_in_days as (
 
     -- the registered events of the rebuilt days, one row each: how many times registered
-    -- (a sound registry: once) and the first arrival's place in the arrival order
+    -- (a sound registry: once) and, for an event registered once, its first arrival's
+    -- place in the arrival order
     select
         {%- for k in keys %}
         {{ k }},
