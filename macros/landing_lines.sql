@@ -248,7 +248,7 @@ candidates as (
     -- the first arrivals already known of the new lines' events (but those in replaced
     -- batches): their arrival order only, as a known one that stays first is not returned
     -- (the fewer columns, the less of the registry is read; inline, so that the nulls take
-    -- the types of new_lines), found by registry_lookup
+    -- the types of new_lines), found by registry_lookup and registry_rows_for
     select
         {%- for c in columns %}
         {% if c in keys or c in order_columns %}known.{{ c }}{% else %}null{% endif %},
@@ -257,10 +257,8 @@ candidates as (
         1 as is_registered,
         1 as replaces_registered
 
-    from {{ this }} as known
-    inner join (select distinct {{ lookup | join(', ') }} from new_lines) as new_keys
-        on {{ dayclose.keys_equal(lookup, 'known', 'new_keys') }}
-    where not {{ dayclose.batch_in(replaced, 'known.batch_id') }}
+    {{ dayclose.registry_rows_for(this, 'known', lookup, 'new_lines') }}
+        and not {{ dayclose.batch_in(replaced, 'known.batch_id') }}
     {%- endif %}
     {%- if replaced %}
     union all
@@ -416,6 +414,38 @@ order by {{ entry['event_at'] }}
     {{ return(keys) }}
 {%- endmacro %}
 
+
+
+{#
+    SQL from and where clauses (to be continued with `and ...`): the rows of `registry`, as
+    `alias`, whose `lookup` columns (registry_lookup) equal those of some row of the CTE
+    `new_lines`. By default a join. DuckDB filters the registry's scan by the new lines'
+    hashes before that join, but the filter lets about 0.3% of the rows through (94,000 of 36 M),
+    and for those the scan fetches the other columns, whose blocks then all hold one: 573 MB
+    read at 36 M registered events. So on DuckDB the rows are matched on the lookup columns alone
+    and then fetched by rowid: 0.44 to 0.49 s -> 0.22 s for a night's look-up at 36 M (a new
+    process each time, as a night is; the same rows).
+#}
+{% macro registry_rows_for(registry, alias, lookup, new_lines) -%}
+    {{ return(adapter.dispatch('registry_rows_for', 'dayclose')(registry, alias, lookup, new_lines)) }}
+{%- endmacro %}
+
+{% macro default__registry_rows_for(registry, alias, lookup, new_lines) -%}
+    from {{ registry }} as {{ alias }}
+    inner join (select distinct {{ lookup | join(', ') }} from {{ new_lines }}) as new_keys
+        on {{ dayclose.keys_equal(lookup, alias, 'new_keys') }}
+    where 1 = 1
+{%- endmacro %}
+
+{% macro duckdb__registry_rows_for(registry, alias, lookup, new_lines) -%}
+    from {{ registry }} as {{ alias }}
+    where {{ alias }}.rowid in (
+        select registered.rowid
+        from {{ registry }} as registered
+        inner join (select distinct {{ lookup | join(', ') }} from {{ new_lines }}) as new_keys
+            on {{ dayclose.keys_equal(lookup, 'registered', 'new_keys') }}
+    )
+{%- endmacro %}
 
 {#
     pre_hook of a first-arrivals model: a registry built before it had event_hash gets the
