@@ -257,8 +257,8 @@ candidates as (
         1 as is_registered,
         1 as replaces_registered
 
-    {{ dayclose.registry_rows_for(this, 'known', lookup, 'new_lines') }}
-        and not {{ dayclose.batch_in(replaced, 'known.batch_id') }}
+    {{ dayclose.registry_rows_for(this, 'known', lookup, 'new_lines',
+        'not ' ~ dayclose.batch_in(replaced, 'known.batch_id')) }}
     {%- endif %}
     {%- if replaced %}
     union all
@@ -415,37 +415,39 @@ order by {{ entry['event_at'] }}
 {%- endmacro %}
 
 
-
 {#
-    SQL from and where clauses (to be continued with `and ...`): the rows of `registry`, as
-    `alias`, whose `lookup` columns (registry_lookup) equal those of some row of the CTE
-    `new_lines`. By default a join. DuckDB filters the registry's scan by the new lines'
-    hashes before that join, but the filter lets about 0.3% of the rows through (94,000 of 36 M),
-    and for those the scan fetches the other columns, whose blocks then all hold one: 573 MB
-    read at 36 M registered events. So on DuckDB the rows are matched on the lookup columns alone
+    SQL from and where clauses: the rows of `registry`, as `alias`, whose `lookup` columns
+    (registry_lookup) equal those of some row of the CTE `new_lines`, and that meet
+    `condition` (SQL on `alias`). By default a join. DuckDB filters the registry's scan by
+    the new lines' hashes before that join, but the filter lets about 0.3% of the rows
+    through (94,000 of 36 M), and for those the scan fetches the other columns, whose
+    blocks then all hold one: 573 MB read at 36 M registered events. So on DuckDB the rows are matched on the lookup columns alone
     and then fetched by rowid: 0.44 to 0.49 s -> 0.22 s for a night's look-up at 36 M (a new
     process each time, as a night is; the same rows).
 #}
-{% macro registry_rows_for(registry, alias, lookup, new_lines) -%}
-    {{ return(adapter.dispatch('registry_rows_for', 'dayclose')(registry, alias, lookup, new_lines)) }}
+{% macro registry_rows_for(registry, alias, lookup, new_lines, condition) -%}
+    {{ return(adapter.dispatch('registry_rows_for', 'dayclose')(registry, alias, lookup, new_lines, condition)) }}
 {%- endmacro %}
 
-{% macro default__registry_rows_for(registry, alias, lookup, new_lines) -%}
+{% macro default__registry_rows_for(registry, alias, lookup, new_lines, condition) -%}
     from {{ registry }} as {{ alias }}
     inner join (select distinct {{ lookup | join(', ') }} from {{ new_lines }}) as new_keys
         on {{ dayclose.keys_equal(lookup, alias, 'new_keys') }}
-    where 1 = 1
+    where {{ condition }}
 {%- endmacro %}
 
-{% macro duckdb__registry_rows_for(registry, alias, lookup, new_lines) -%}
+{% macro duckdb__registry_rows_for(registry, alias, lookup, new_lines, condition) -%}
     from {{ registry }} as {{ alias }}
-    where {{ alias }}.rowid in (
-        select registered.rowid
-        from {{ registry }} as registered
-        inner join (select distinct {{ lookup | join(', ') }} from {{ new_lines }}) as new_keys
-            on {{ dayclose.keys_equal(lookup, 'registered', 'new_keys') }}
-    )
+    where
+        {{ alias }}.rowid in (
+            select registered.rowid
+            from {{ registry }} as registered
+            inner join (select distinct {{ lookup | join(', ') }} from {{ new_lines }}) as new_keys
+                on {{ dayclose.keys_equal(lookup, 'registered', 'new_keys') }}
+        )
+        and {{ condition }}
 {%- endmacro %}
+
 
 {#
     pre_hook of a first-arrivals model: a registry built before it had event_hash gets the

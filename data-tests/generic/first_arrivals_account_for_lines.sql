@@ -14,6 +14,18 @@
     {{ dayclose.in_rebuilt_days(source_name, entry['event_at']) }}
     and batch_completed_at <= {{ dayclose.as_of_at() }}
 {%- endset -%}
+{#- an event's registration, from the registry's rows grouped by the key (alias registry) -#}
+{%- set registration -%}
+        {%- for k in keys %}
+        registry.{{ k }},
+        {%- endfor %}
+        count(*) as registered_count,
+        min(registry.batch_id) as first_batch_id,
+        min(registry.received_at) as first_received_at
+{%- endset -%}
+{%- set by_key -%}
+    group by {% for k in keys %}registry.{{ k }}{{ ', ' if not loop.last }}{% endfor %}
+{%- endset -%}
 
 with
 
@@ -30,16 +42,11 @@ registered_in_days as (
     -- (a sound registry: once) and, for an event registered once, its first arrival's
     -- place in the arrival order
     select
-        {%- for k in keys %}
-        {{ k }},
-        {%- endfor %}
-        count(*) as registered_count,
-        min(batch_id) as first_batch_id,
-        min(received_at) as first_received_at
+        {{- registration }}
 
     from {{ model }} as registry
     where {{ dayclose.in_rebuilt_days(source_name, 'registry.' ~ entry['event_at']) }}
-    group by {{ keys | join(', ') }}
+    {{ by_key }}
 
 ),
 
@@ -71,12 +78,7 @@ registered_elsewhere as (
     -- the whole registry for those events only (most nights none), so the gate's cost
     -- follows the window, not the history
     select
-        {%- for k in keys %}
-        registry.{{ k }},
-        {%- endfor %}
-        count(*) as registered_count,
-        min(registry.batch_id) as first_batch_id,
-        min(registry.received_at) as first_received_at
+        {{- registration }}
 
     from {{ model }} as registry
     inner join (
@@ -84,7 +86,7 @@ registered_elsewhere as (
         where registered_count is null
     ) as unregistered
         on {{ dayclose.keys_equal(keys, 'registry', 'unregistered') }}
-    group by {% for k in keys %}registry.{{ k }}{{ ', ' if not loop.last }}{% endfor %}
+    {{ by_key }}
 
 ),
 
