@@ -7,7 +7,10 @@ an exit code; `--debug` shows the traceback as well.
 from __future__ import annotations
 
 import argparse
+import atexit
+import os
 import sys
+import threading
 import traceback
 from pathlib import Path
 from typing import NoReturn
@@ -192,5 +195,24 @@ def main(argv: list[str] | None = None) -> int:
         show_progress(None)
 
 
+def entry() -> NoReturn:
+    """The console script (and `python -m dayclose.cli`): main, then a quick exit.
+
+    Python's own exit frees, one by one, every object the run made, dbt's parsed project
+    among them: 1.3 s of a 17 s night on a 2-core machine. Once the other threads are done,
+    the exit handlers have run (logging's and dbt's among them) and the output is flushed,
+    nothing of the run is left to write, so the process ends at once with main's code. An
+    error main does not handle still ends the usual way, with its traceback.
+    """
+    code = main()
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code or 0)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

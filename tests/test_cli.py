@@ -132,3 +132,32 @@ def test_dbt_runs_on_postgres_with_the_jit_compiler_off_unless_the_user_set_it()
     assert postgres_options("-c jit=on") == "-c jit=on"
     assert dbt_env(Target(name="postgres", schema="s"))["PGOPTIONS"].endswith("-c jit=off")
     assert "PGOPTIONS" not in dbt_env(Target(name="duckdb", schema="main", duckdb_path=Path("w.duckdb")))
+
+
+def test_the_quick_exit_keeps_the_code_the_output_and_the_exit_handlers(tmp_path: Path) -> None:
+    """`entry` ends the process without Python's slow teardown, but only after main's output is
+    flushed (stdout to a pipe is block-buffered), a thread still working has finished and the
+    exit handlers have run; the exit code is main's."""
+    handler, worker = tmp_path / "handler-ran", tmp_path / "thread-done"
+    script = f"""
+import atexit, pathlib, threading, time
+import dayclose.cli as cli
+
+def main():
+    atexit.register(pathlib.Path({str(handler)!r}).write_text, "yes")
+    work = lambda: (time.sleep(0.5), pathlib.Path({str(worker)!r}).write_text("yes"))
+    threading.Thread(target=work).start()
+    print("summary line")
+    return 3
+
+cli.main = main
+cli.entry()
+print("not reached")
+"""
+    buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=buffered, timeout=120
+    )
+    assert done.returncode == 3, done.stderr
+    assert done.stdout == "summary line\n"
+    assert handler.read_text() == "yes" and worker.read_text() == "yes"
