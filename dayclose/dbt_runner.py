@@ -18,6 +18,7 @@ from datetime import date, datetime
 from functools import partial
 from typing import Any
 
+from dayclose import dbt_cache
 from dayclose.settings import PROJECT_DIR, Target, dbt_env, profiles_dir
 
 
@@ -140,6 +141,8 @@ def prepare(target: Target, extra_vars: dict[str, Any] | None = None, own_runner
     on them. A parse that fails is left to fail again, with its message, in the run's own dbt
     step. The engine's driver, which the run and the adapter both import, is imported first,
     in the caller's thread, so that the two threads do not import it at once.
+    Both dbt steps read and extend the cache of dbt's compiled templates and config schemas
+    (dayclose.dbt_cache), which spares each new process compiling them again.
 
     `own_runner`: the run's dbt step uses a runner that parses by itself (prefect-dbt's). The
     thread then parses only where dbt has no partial-parse state yet (a first build: the full
@@ -172,6 +175,7 @@ def finish_preparing() -> _Parse | None:
 
 def _parse_quietly(parse: _Parse, target: Target, args: list[str]) -> None:
     try:
+        dbt_cache.enable()
         from dbt.cli.main import dbtRunner
 
         importlib.import_module(f"dbt.adapters.{target.name}")
@@ -179,6 +183,7 @@ def _parse_quietly(parse: _Parse, target: Target, args: list[str]) -> None:
             return
         with _dbt_call(target, dbt_env(target)):
             result = dbtRunner().invoke(args)
+        dbt_cache.save()
     except Exception:  # noqa: BLE001 - the run's own dbt step parses again and reports it
         return
     if result.success:
@@ -271,8 +276,10 @@ def invoke(
     own_artifacts = invoker is None and manifest is not None
     if own_artifacts:
         args = [*args, "--no-write-json"]  # written below, manifest.json only when it changed
+    dbt_cache.enable()
     with _dbt_call(target, {**dbt_env(target), **run_env(run_vars)}):
         result = (invoker or partial(_default_invoker, manifest=manifest))(args)
+    dbt_cache.save()
     run_results = getattr(result, "result", None)
     if own_artifacts:
         _write_artifacts(target, manifest, run_results)

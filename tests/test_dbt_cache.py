@@ -1,0 +1,126 @@
+"""The cache of dbt's compiled templates and config schemas (dayclose/dbt_cache.py).
+
+Each test reads the cache from its own folder, as a new process would: the module's state is
+reset, the file read again, and what was compiled or built before must come from the file,
+give the same results, and never stand in for a different input.
+"""
+
+from __future__ import annotations
+
+import json
+import marshal
+import sys
+from pathlib import Path
+
+import pytest
+from dbt_common.clients.jinja import get_template
+from dbt_common.dataclass_schema import ValidationError
+
+from dayclose import dbt_cache
+
+SOURCE = "{% set n = 21 %}{% for i in range(2) %}{{ n * (i + 1) }} {% endfor %}"
+
+
+@pytest.fixture
+def cache_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("DAYCLOSE_CACHE_DIR", str(folder))
+    monkeypatch.setattr(dbt_cache, "_cache", None)
+    dbt_cache.enable()
+    assert dbt_cache._cache is not None, "the cache did not install over dbt-common's methods"
+    return folder
+
+
+def _new_process() -> dbt_cache._Cache:
+    """What a new process sees: the module's cache dropped and the file read again."""
+    dbt_cache._cache = None
+    dbt_cache.enable()
+    assert dbt_cache._cache is not None
+    return dbt_cache._cache
+
+
+def _render(source: str, native: bool = False):
+    return get_template(source, {}, native=native).render({})
+
+
+def _cache_file(folder: Path) -> Path:
+    return folder / f"dbt-{sys.implementation.cache_tag}.marshal"
+
+
+def test_a_template_compiled_once_comes_from_the_file_in_the_next_process(cache_folder: Path) -> None:
+    assert _render(SOURCE) == "21 42 "
+    dbt_cache.save()
+    assert _cache_file(cache_folder).exists()
+
+    cache = _new_process()
+    assert len(cache.templates) == 1
+    assert _render(SOURCE) == "21 42 "
+    assert not cache.changed, "the template was compiled again instead of read from the file"
+
+    assert _render(SOURCE.replace("21", "20")) == "20 40 "  # another source: compiled, not the cached one
+    assert cache.changed and len(cache.templates) == 2
+
+
+def test_the_text_and_the_native_environment_keep_their_own_code(cache_folder: Path) -> None:
+    # dbt renders configs in its native environment (values keep their types) and SQL as text:
+    # one source, two compiled forms; the cache must never hand one to the other
+    number = "{{ (1 + 1) | as_number }}"
+    assert _render(number) == "2"
+    assert _render(number, native=True) == 2
+    dbt_cache.save()
+
+    _new_process()
+    assert _render(number, native=True) == 2
+    assert _render(number) == "2"
+
+
+def test_a_config_schema_from_the_file_validates_as_dbt_builds_it(cache_folder: Path) -> None:
+    from dbt.contracts.project import Project
+
+    built = json.loads(json.dumps(Project.json_schema()))
+    Project.json_schema.cache_clear()  # dbt's own cache per class and process
+    dbt_cache.save()
+
+    cache = _new_process()
+    assert any(key.startswith("dbt.contracts.project.Project:") for key in cache.schemas)
+    assert Project.json_schema() == built
+    assert not cache.changed
+    with pytest.raises(ValidationError):  # the cached schema still refuses what dbt refuses
+        Project.validate({"name": "x", "version": "1.0", "config-version": 2, "profile": 7})
+    Project.validate({"name": "x", "version": "1.0", "config-version": 2, "profile": "x"})
+
+
+def test_a_file_of_other_versions_or_damaged_is_ignored_and_replaced(cache_folder: Path) -> None:
+    _render(SOURCE)
+    dbt_cache.save()
+    path = _cache_file(cache_folder)
+    stored = marshal.loads(path.read_bytes())
+
+    path.write_bytes(marshal.dumps({**stored, "versions": ("dbt_core-0.0.1.dist-info",)}))
+    assert _new_process().templates == {}
+
+    path.write_bytes(path.read_bytes()[:100])  # cut short, as by a full disk
+    cache = _new_process()
+    assert cache.templates == {}
+    assert _render(SOURCE) == "21 42 "
+    dbt_cache.save()
+    assert marshal.loads(path.read_bytes())["versions"] == dbt_cache.package_versions()
+
+
+def test_off_writes_nothing_and_an_unwritable_folder_costs_no_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(dbt_cache, "_cache", None)
+    monkeypatch.setenv("DAYCLOSE_CACHE_DIR", "off")
+    dbt_cache.enable()
+    assert dbt_cache._cache is None
+    assert _render(SOURCE) == "21 42 "
+    dbt_cache.save()
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("DAYCLOSE_CACHE_DIR", str(blocker / "cache"))
+    dbt_cache.enable()
+    assert _render(SOURCE.replace("21", "4")) == "4 8 "
+    dbt_cache.save()  # cannot create the folder: no error, the next run compiles again
+    assert not (blocker / "cache").exists()
