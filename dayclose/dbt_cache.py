@@ -202,7 +202,7 @@ def _install_compile() -> bool:
         defer_init: bool = False,
     ) -> Any:
         cache = _cache
-        if cache is None or raw or not isinstance(source, str) or jinja.MACRO_DEBUGGING:
+        if cache is None or raw or not isinstance(source, str) or getattr(jinja, "MACRO_DEBUGGING", False):
             return compile_(self, source, name, filename, raw, defer_init)
         key = template_key(self, source, name, filename, defer_init)
         code = cache.templates.get(key)
