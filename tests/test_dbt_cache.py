@@ -77,10 +77,12 @@ def test_the_text_and_the_native_environment_keep_their_own_code(cache_folder: P
 def test_a_config_schema_from_the_file_validates_as_dbt_builds_it(cache_folder: Path) -> None:
     from dbt.contracts.project import Project
 
+    Project.json_schema.cache_clear()  # the in-process cache per class: built again, into this cache
     built = json.loads(json.dumps(Project.json_schema()))
-    Project.json_schema.cache_clear()  # dbt's own cache per class and process
+    assert dbt_cache._cache is not None and dbt_cache._cache.changed
     dbt_cache.save()
 
+    Project.json_schema.cache_clear()
     cache = _new_process()
     assert any(key.startswith("dbt.contracts.project.Project:") for key in cache.schemas)
     assert Project.json_schema() == built
