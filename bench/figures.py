@@ -181,50 +181,13 @@ def units_tables(docs: list[dict]) -> str:
 
 
 def peer_tables(docs: list[dict]) -> str:
-    c: dict = {}
+    """The SQLMesh comparison as bench.peer_sqlmesh prints it, the cases of every file merged."""
+    from bench.peer_sqlmesh import render
+
+    merged: dict = {"args": docs[-1]["args"], "cases": {}}
     for d in docs:
-        c.update(d["cases"])
-    cols = list(c)
-    rows = [
-        (
-            "SQLMesh first build: `plan`, every day backfilled (s)",
-            [c[k]["sqlmesh_first"]["seconds"] for k in cols],
-            "{:.1f}",
-        ),
-        (
-            "dayclose first build: `dayclose run`, load, build, gates, publish (s)",
-            [c[k]["dayclose_first"]["seconds"] for k in cols],
-            "{:.1f}",
-        ),
-        ("first build, dayclose / SQLMesh (goal <= 2)", [c[k]["first_ratio"] for k in cols], "**{:.2f}**"),
-        ("SQLMesh nightly: `run` (s)", [c[k]["sqlmesh_nightly"]["seconds"] for k in cols], "{:.1f}"),
-        (
-            "dayclose nightly: `dayclose run`, load, build, gates, publish (s)",
-            [c[k]["dayclose_nightly"]["seconds"] for k in cols],
-            "{:.1f}",
-        ),
-        ("nightly, dayclose / SQLMesh (goal <= 1.5)", [c[k]["nightly_ratio"] for k in cols], "**{:.2f}**"),
-        (
-            "daily_sales rows compared / differences",
-            [
-                f"{c[k]['equal_after_nightly']['rows']:,} / {c[k]['equal_after_nightly']['differences']}"
-                for k in cols
-            ],
-            "{}",
-        ),
-        (
-            "load average after the steps (SQLMesh first, nightly; dayclose first, nightly)",
-            [
-                ", ".join(
-                    str(c[k][s]["load"])
-                    for s in ("sqlmesh_first", "sqlmesh_nightly", "dayclose_first", "dayclose_nightly")
-                )
-                for k in cols
-            ],
-            "{}",
-        ),
-    ]
-    return table(["same landing, same machine"] + [f"{k} days" for k in cols], rows)
+        merged["cases"].update(d["cases"])
+    return render(merged)
 
 
 def main() -> None:
