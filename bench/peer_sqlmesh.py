@@ -293,6 +293,7 @@ def compare(duckdb_path: Path, export: Path) -> dict:
 
 
 STEPS = ("sqlmesh_first", "sqlmesh_nightly", "dayclose_first", "dayclose_nightly", "dayclose_first_warm")
+COMPARED = ("first", "nightly", "first_warm")  # dayclose's steps after which daily_sales is compared
 
 
 def case(days: int, per_day: int, python: Path, workdir: Path, repeat: int) -> dict:
@@ -305,8 +306,8 @@ def case(days: int, per_day: int, python: Path, workdir: Path, repeat: int) -> d
     for step in STEPS:
         times = [one[step]["seconds"] for one in r["rounds"]]
         r[step] = {"seconds": statistics.median(times), "all": times}
-    for key in ("equal_after_first", "equal_after_nightly", "equal_after_first_warm"):
-        r[key] = r["rounds"][-1][key]
+    for step in COMPARED:
+        r[f"equal_after_{step}"] = r["rounds"][-1][f"equal_after_{step}"]
     r["sqlmesh"] = r["rounds"][0]["sqlmesh_first"].get("sqlmesh")
     r["sqlmesh_duckdb"] = r["rounds"][0]["sqlmesh_first"].get("duckdb")
     r["first_ratio"] = r["dayclose_first"]["seconds"] / r["sqlmesh_first"]["seconds"]
@@ -350,7 +351,7 @@ def one_round(days: int, landing: Path, python: Path, workdir: Path) -> dict:
         r["dayclose_first_warm"] = dayclose_step(landing, first_as_of)
         log(f"  {r['dayclose_first_warm']['seconds']:.1f} s")
         r["equal_after_first_warm"] = compare(target.duckdb_path, sqlmesh_first_export)
-    for step in ("first", "nightly", "first_warm"):
+    for step in COMPARED:
         if r[f"equal_after_{step}"]["differences"]:
             raise SystemExit(
                 f"dayclose and SQLMesh daily_sales differ after the {step} step: {r[f'equal_after_{step}']}"
