@@ -137,6 +137,40 @@ def test_groups_are_written_two_at_a_time_each_numbering_its_own_lines(
     assert all(json.loads(line)["event_id"] == f"{b}/{n}" for b, n, line in rows)
 
 
+@pytest.mark.parametrize("configured", [None, "512MiB"])
+def test_duckdb_writes_under_the_loaders_memory_cap_and_gets_its_setting_back(
+    engine: Target, landing: Path, monkeypatch: pytest.MonkeyPatch, configured: str | None
+) -> None:
+    """DuckDB runs in the loading process and caches what it writes up to its memory limit
+    (by default 80% of the machine): every write of a load runs under the loader's cap
+    (256MB, or DAYCLOSE_LOADER_MEMORY_LIMIT), and the warehouse's own setting comes back after."""
+    if engine.name != "duckdb":
+        pytest.skip("Postgres loads in its own server: the loading process holds no cache")
+    if configured:
+        monkeypatch.setenv("DAYCLOSE_LOADER_MEMORY_LIMIT", configured)
+    else:
+        monkeypatch.delenv("DAYCLOSE_LOADER_MEMORY_LIMIT", raising=False)
+    for hour in HOURS[:3]:
+        write_batch(landing, hour, [sale(f"{hour}/1", "S-001", f"{hour}:00:00Z", f"{hour}:01:00Z")])
+    limit = "select current_setting('memory_limit')"
+    real_ingest = load_module.ingest_files
+    seen: list[str] = []
+
+    def ingest(wh, table, files):
+        seen.append(wh.scalar(limit))
+        return real_ingest(wh, table, files)
+
+    monkeypatch.setattr(load_module, "ingest_files", ingest)
+    with Warehouse(engine) as wh:
+        before = wh.scalar(limit)
+        report = load_source(wh, SALES, landing, ts("2026-11-24T00:30"), progress=None)
+        after = wh.scalar(limit)
+    assert report.rows_loaded == 3
+    expected = "512.0 MiB" if configured else "244.1 MiB"  # 256MB = 256,000,000 bytes
+    assert seen and set(seen) == {expected}
+    assert after == before != expected
+
+
 @pytest.mark.parametrize("chunk", [4, 5, 7, 64, prepass.CHUNK])
 def test_the_prepass_counts_lines_and_finds_the_end_marker_across_chunk_borders(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int

@@ -392,27 +392,31 @@ class _Writers:
 
 @contextlib.contextmanager
 def _bounded_memory(wh: Warehouse) -> Iterator[None]:
-    """On DuckDB, cap its buffer pool while loading (DAYCLOSE_LOADER_MEMORY_LIMIT, default 1GB).
+    """On DuckDB, cap its buffer pool while loading (DAYCLOSE_LOADER_MEMORY_LIMIT, default 256MB).
 
     DuckDB runs inside this process and by default keeps the pages it wrote cached up to 80%
     of the machine's memory, so the loading process would grow with the size of the day.
-    A batch needs far less: each file is read, numbered and appended in a streaming pass.
+    A batch needs far less: each file is read, numbered and appended in a streaming pass, so
+    the cap only bounds that cache. Measured (bench.run, one day loaded by a new process): at
+    1GB the peak was 549 to 612 MiB for 5 M events and 1,109 MiB for 50 M, at 256MB 373 and
+    386 MiB, the loader as fast (3 M lines: 1.13 to 1.23 M lines/s against 1.19 M).
     """
     if wh.kind != "duckdb":
         yield
         return
-    limit = os.environ.get("DAYCLOSE_LOADER_MEMORY_LIMIT", "1GB").strip()
+    limit = os.environ.get("DAYCLOSE_LOADER_MEMORY_LIMIT", "256MB").strip()
     if not re.fullmatch(r"[0-9]+(\.[0-9]+)? ?[KMGT]i?B", limit):
         raise DaycloseError(
             f"DAYCLOSE_LOADER_MEMORY_LIMIT={limit!r} is not a memory size (for example 1GB or 512MiB)",
             EXIT_CONFIG,
         )
-    before = wh.scalar("select current_setting('memory_limit')")
     wh.execute(f"set memory_limit = '{limit}'")
     try:
         yield
     finally:
-        wh.execute(f"set memory_limit = '{before}'")
+        # DuckDB's default again (dayclose sets no other limit); setting back the value read
+        # before would round it (current_setting gives "18.8 GiB" for 18.77 GiB)
+        wh.execute("reset memory_limit")
 
 
 def load_source(
