@@ -1,4 +1,4 @@
-"""Markdown tables of the latest raw results in bench/results/ (for bench/FIGURES.md and the README).
+"""Markdown tables of the latest raw results in bench/results/ (for the README and docs/benchmarks.md).
 
     .venv/bin/python -m bench.figures                 # the newest bench-sales, bench-units, bench-peer files
     .venv/bin/python -m bench.figures FILE.json ...   # these files (sales, units and peer results merged)
