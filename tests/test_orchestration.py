@@ -227,14 +227,21 @@ def dbt_commands() -> list[str]:
     return commands
 
 
-def test_the_build_runs_on_the_parse_made_during_the_load(engine: Target, landing: Path, week: dict) -> None:
-    """dbt parses the project once per run, in a thread beside the load; the build does not parse."""
+def test_the_build_runs_on_the_parse_made_during_the_load(
+    engine: Target, landing: Path, week: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """dbt parses the project once per run, in a thread beside the load; the build does not parse;
+    neither sends usage events."""
+    for opt_out in ("DO_NOT_TRACK", "DBT_SEND_ANONYMOUS_USAGE_STATS"):  # the project's flag alone
+        monkeypatch.delenv(opt_out, raising=False)
     summary = run_nightly("sales", engine, landing, ts("2026-11-25T00:30"), quiet=True)
     assert summary.ok, summary.lines()
     assert dbt_commands() == ["parse", "build"]
     parse, build = dbt_invocations()
     assert "Starting full parse" in parse  # a new state folder
     assert "full parse" not in build and "Partial parsing" not in build
+    # dbt_project.yml's flags: no usage events for dbt Labs, in either invocation
+    assert "Sending event" not in parse + build
     assert published(engine)["2026-11-20"] == week["2026-11-20"]
 
 
