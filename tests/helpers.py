@@ -202,3 +202,48 @@ def stored_lines(target: Target, table_name: str, batch_id: str) -> dict[tuple[s
         f"where batch_id = '{batch_id}'",
     )
     return {(f, int(n)): bytes.fromhex(h) if h is not None else text.encode() for f, n, text, h in rows}
+
+
+def stored_comments(target: Target) -> dict[tuple[str, str | None], str | None]:
+    """The comments on the relations of the target's schema and on their columns, as the
+    warehouse holds them: {(relation, None): comment, (relation, column): comment}."""
+    if target.name == "duckdb":
+        sql = """
+            select table_name, null, comment from duckdb_tables() where schema_name = '{schema}'
+            union all
+            select view_name, null, comment from duckdb_views() where schema_name = '{schema}'
+            union all
+            select table_name, column_name, comment from duckdb_columns() where schema_name = '{schema}'
+        """
+    else:
+        sql = """
+            select c.relname, null, obj_description(c.oid, 'pg_class')
+            from pg_class as c inner join pg_namespace as n on n.oid = c.relnamespace
+            where n.nspname = '{schema}' and c.relkind in ('r', 'v', 'm', 'p')
+            union all
+            select c.relname, a.attname, col_description(c.oid, a.attnum)
+            from pg_class as c
+            inner join pg_namespace as n on n.oid = c.relnamespace
+            inner join pg_attribute as a on a.attrelid = c.oid and a.attnum > 0 and not a.attisdropped
+            where n.nspname = '{schema}' and c.relkind in ('r', 'v', 'm', 'p')
+        """
+    return {(relation, column): comment for relation, column, comment in table(target, sql)}
+
+
+def documented_comments(target: Target) -> dict[tuple[str, str | None], str]:
+    """What the models' YAML says the warehouse should hold (dbt's persist_docs), for every
+    model of the target's schema that exists there: each model's description and the
+    descriptions of its documented columns that it has."""
+    manifest = json.loads((target.dbt_target_dir / "manifest.json").read_text())
+    stored = stored_comments(target)
+    expected: dict[tuple[str, str | None], str] = {}
+    for node in manifest["nodes"].values():
+        name = node.get("alias") or node["name"]
+        if node["resource_type"] != "model" or node["schema"] != target.schema or (name, None) not in stored:
+            continue
+        if node["description"]:
+            expected[(name, None)] = node["description"]
+        for column in node["columns"].values():
+            if (name, column["name"]) in stored:
+                expected[(name, column["name"])] = column["description"]
+    return expected

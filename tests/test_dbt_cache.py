@@ -126,3 +126,55 @@ def test_off_writes_nothing_and_an_unwritable_folder_costs_no_run(
     assert _render(SOURCE.replace("21", "4")) == "4 8 "
     dbt_cache.save()  # cannot create the folder: no error, the next run compiles again
     assert not (blocker / "cache").exists()
+
+
+@pytest.fixture(scope="module")
+def partial_parse_state(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    """This project's partial-parse state as dbt writes it (a full parse on DuckDB, once)."""
+    from dayclose.dbt_runner import _environment, dbt_args, invoke
+    from dayclose.settings import resolve_target
+
+    folder = tmp_path_factory.mktemp("parsed")
+    with _environment({"DAYCLOSE_STATE_DIR": str(folder), "DAYCLOSE_DUCKDB": str(folder / "w.duckdb")}):
+        target = resolve_target("duckdb")
+        outcome = invoke(target, dbt_args(target, ["parse", "--no-write-json"], quiet=True))
+        assert outcome.success, outcome.error
+        return (target.dbt_target_dir / "partial_parse.msgpack").read_bytes()
+
+
+def test_the_project_read_from_its_partial_parse_state_comes_from_the_file_in_the_next_process(
+    cache_folder: Path, partial_parse_state: bytes
+) -> None:
+    from dbt.contracts.graph.manifest import Manifest
+    from dbt.parser.manifest import extended_mashumuro_decoder
+
+    decoded: list[int] = []
+
+    def decoder(data: bytes) -> object:  # dbt's, counting its calls
+        decoded.append(len(data))
+        return extended_mashumuro_decoder(data)
+
+    first = Manifest.from_msgpack(partial_parse_state, decoder=decoder)
+    assert decoded and len(first.nodes) > 40
+    kept = list((cache_folder / "manifests").glob("*.pickle"))
+    assert len(kept) == 1
+    # mashumaro compiled its decoder at that first call, replacing the method: put back
+    assert getattr(Manifest.__dict__["from_msgpack"].__func__, "_dayclose_cached", False)
+
+    _new_process()
+    second = Manifest.from_msgpack(partial_parse_state, decoder=decoder)
+    assert len(decoded) == 1, "decoded again instead of read from the file"
+    assert second.to_dict() == first.to_dict()
+    assert second.state_check.to_dict() == first.state_check.to_dict()  # what partial parsing checks
+    third = Manifest.from_msgpack(partial_parse_state, decoder=decoder)
+    assert third is not second and third.nodes is not second.nodes  # dbt changes the one it gets
+
+    kept[0].write_bytes(kept[0].read_bytes()[:1000])  # damaged: decoded again, and replaced
+    assert Manifest.from_msgpack(partial_parse_state, decoder=decoder).to_dict() == first.to_dict()
+    assert len(decoded) == 2
+    Manifest.from_msgpack(partial_parse_state, decoder=decoder)
+    assert len(decoded) == 2
+    versions = dbt_cache.package_versions()
+    key = dbt_cache.manifest_key(partial_parse_state, decoder, versions)
+    assert kept[0].name == f"{key}.pickle"
+    assert dbt_cache.manifest_key(partial_parse_state, decoder, ("dbt_core-0.0.1.dist-info",)) != key

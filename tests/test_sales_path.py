@@ -20,7 +20,9 @@ from tests.helpers import (
     add_part,
     daily_sales,
     day_total,
+    documented_comments,
     sale,
+    stored_comments,
     table,
     ts,
     valid_sales_first_arrivals,
@@ -36,11 +38,26 @@ def run(target: Target, landing: Path, as_of: str):
     return summary
 
 
+def _comments_in_place(target: Target) -> None:
+    """Each model's description and its columns' are the warehouse's comments (persist_docs)."""
+    expected = documented_comments(target)
+    stored = stored_comments(target)
+    assert len([key for key in expected if key[1] is None]) >= 12, "models without their description"
+    assert {key: stored[key] for key in expected} == expected
+
+
 def test_rerun_at_same_as_of_gives_same_table(engine: Target, landing: Path) -> None:
     generate_sales(landing, date(2026, 11, 20), 5, shops=12, events_per_day=400, seed=3)
     first = run(engine, landing, "2026-11-24T00:30")
     assert first.ok, first.lines()
     before = daily_sales(engine)
+    _comments_in_place(engine)
+    # comments that left the YAML's text (an older description, a hand edit) are written again
+    # by the next run, also on a model the run does not create anew (incremental)
+    with Warehouse(engine) as wh:
+        wh.execute(f"comment on table {engine.schema}.int_sales_deduplicated is 'stale'")
+        wh.execute(f"comment on column {engine.schema}.int_sales_deduplicated.event_id is 'stale'")
+        wh.execute(f"comment on column {engine.schema}.daily_sales.sale_date is null")
     again = run(engine, landing, "2026-11-24T00:30")
     assert again.ok, again.lines()
     assert again.load.loaded == [] and again.load.already_loaded == first.load.already_loaded + len(
@@ -48,6 +65,7 @@ def test_rerun_at_same_as_of_gives_same_table(engine: Target, landing: Path) -> 
     )
     assert daily_sales(engine) == before
     assert len(before) > 40
+    _comments_in_place(engine)
 
 
 def test_late_event_lands_in_its_sold_at_day_while_in_window(engine: Target, landing: Path) -> None:
