@@ -335,7 +335,14 @@ def _install_manifest() -> bool:
     def cached_from_msgpack(cls: type, data: Any, decoder: Any = None, **kwargs: Any) -> Any:
         cache = _cache
         folder = cache_dir()
-        if cls is not Manifest or cache is None or folder is None or kwargs or not isinstance(data, bytes):
+        if (
+            cls is not Manifest
+            or cache is None
+            or folder is None
+            or decoder is None  # dbt passes its own; without one, mashumaro's default: not kept
+            or kwargs
+            or not isinstance(data, bytes)
+        ):
             return _decode(cls, data, decoder, **kwargs)
         key = manifest_key(data, decoder, cache.versions)
         path = folder / "manifests" / f"{key}.pickle"
