@@ -24,7 +24,7 @@ dbtClassMixin.json_schema) with cached versions of themselves; where they are no
 module expects (another dbt-common), it does nothing and dbt runs as it always has.
 
 A third kept value: the project dbt read from its partial-parse state. Each run that finds the
-project unchanged first decodes dbt's partial_parse.msgpack (1.1 MB here) into its Manifest,
+project unchanged first decodes dbt's partial_parse.msgpack (1.2 MB here) into its Manifest,
 which generates and compiles mashumaro's decoders for every node class before decoding:
 0.26 s of a night's 0.6 s parse on this machine, where loading the same Manifest from a pickle
 takes 0.02 s. Manifest.from_msgpack is replaced by a version that keeps the decoded Manifest as
