@@ -20,8 +20,9 @@ loads its own __pycache__: whoever can write the folder can run code as you (it 
 private to its owner).
 
 It works by replacing two of dbt-common's methods (MacroFuzzEnvironment.compile and
-dbtClassMixin.json_schema) with cached versions of themselves; where they are not what this
-module expects (another dbt-common), it does nothing and dbt runs as it always has.
+dbtClassMixin.json_schema) and one of dbt-core's (below) with cached versions of themselves;
+where one is not what this module expects (another dbt-common or dbt-core), that one is left
+as it is and dbt runs as it always has.
 
 A third kept value: the project dbt read from its partial-parse state. Each run that finds the
 project unchanged first decodes dbt's partial_parse.msgpack (1.2 MB here) into its Manifest,
@@ -127,7 +128,8 @@ def enable() -> None:
     global _cache, _patched
     with _lock:
         if _patched is None:
-            _patched = _install_compile() | _install_json_schema() | _install_manifest()
+            methods = (_install_compile, _install_json_schema, _install_manifest)
+            _patched = any([_install(method) for method in methods])  # each tried
         folder = cache_dir()
         if not _patched or folder is None:
             _cache = None
@@ -135,6 +137,27 @@ def enable() -> None:
         path = folder / f"dbt-{sys.implementation.cache_tag}.marshal"  # marshal's format is the interpreter's
         if _cache is None or _cache.path != path:
             _cache = _read(path, package_versions())
+
+
+def _install(install: Any) -> bool:
+    """One method replaced, or left as it is where dbt's code is not what it expects."""
+    try:
+        return bool(install())
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return False
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """`path` holds `data` whole, or is as it was (a temporary file beside it, renamed over it)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem[:16]}-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(temp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
 
 
 def save() -> None:
@@ -148,15 +171,7 @@ def save() -> None:
             templates = {key: code for key, code in templates.items() if key in cache.used}
         data = {"versions": cache.versions, "templates": templates, "schemas": cache.schemas}
         try:
-            cache.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            fd, temp = tempfile.mkstemp(dir=cache.path.parent, prefix=".dbt-", suffix=".tmp")
-            try:
-                with os.fdopen(fd, "wb") as fh:
-                    marshal.dump(data, fh)
-                os.replace(temp, cache.path)
-            finally:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(temp)
+            _write_atomic(cache.path, marshal.dumps(data))
         except (OSError, ValueError):
             return  # a cache that cannot be written costs time, never a result
         cache.changed = False
@@ -302,15 +317,7 @@ def _pickle_manifest(manifest: Any) -> bytes:
 
 def _store_manifest(folder: Path, key: str, pickled: bytes) -> None:
     try:
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd, temp = tempfile.mkstemp(dir=folder, prefix=".manifest-", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(pickled)
-            os.replace(temp, folder / f"{key}.pickle")
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temp)
+        _write_atomic(folder / f"{key}.pickle", pickled)
         kept = sorted(folder.glob("*.pickle"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
         for old in kept[MAX_MANIFESTS:]:
             old.unlink(missing_ok=True)
@@ -351,6 +358,8 @@ def _install_manifest() -> bool:
         except Exception:  # missing, damaged or of other code: decoded again and replaced
             stored = None
         if isinstance(stored, Manifest):
+            with contextlib.suppress(OSError):  # the newest used are the ones kept
+                os.utime(path)
             return stored
         manifest = _decode(cls, data, decoder)
         with contextlib.suppress(Exception):  # a Manifest not kept costs time, never a result

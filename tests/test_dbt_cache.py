@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import marshal
+import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -162,8 +164,10 @@ def test_the_project_read_from_its_partial_parse_state_comes_from_the_file_in_th
     assert getattr(Manifest.__dict__["from_msgpack"].__func__, "_dayclose_cached", False)
 
     _new_process()
+    os.utime(kept[0], (1_000_000_000, 1_000_000_000))  # made long ago
     second = Manifest.from_msgpack(partial_parse_state, decoder=decoder)
     assert len(decoded) == 1, "decoded again instead of read from the file"
+    assert kept[0].stat().st_mtime > time.time() - 600  # used: among the newest, the ones kept
     assert second.to_dict() == first.to_dict()
     assert second.state_check.to_dict() == first.state_check.to_dict()  # what partial parsing checks
     third = Manifest.from_msgpack(partial_parse_state, decoder=decoder)

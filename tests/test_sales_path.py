@@ -66,6 +66,14 @@ def test_rerun_at_same_as_of_gives_same_table(engine: Target, landing: Path) -> 
     assert daily_sales(engine) == before
     assert len(before) > 40
     _comments_in_place(engine)
+    if engine.name == "duckdb":  # dayclose's persist_docs (macros/persist_docs.sql), not dbt-duckdb's
+        rerun_log = (engine.state_dir / "logs" / "dbt.log").read_text().split("Running with dbt=")[-1]
+        written = {
+            path.replace('"', "").split(".")[-2 if kind == "column" else -1]
+            for kind, path in re.findall(r"comment on (table|view|column) (\S+) is", rerun_log)
+        }
+        assert "int_sales_deduplicated" in written  # its stale comments
+        assert not written & {"int_batches_summarized", "sales_conflicting_copies"}  # theirs in place
 
 
 def test_late_event_lands_in_its_sold_at_day_while_in_window(engine: Target, landing: Path) -> None:
