@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import marshal
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -182,3 +183,55 @@ def test_the_project_read_from_its_partial_parse_state_comes_from_the_file_in_th
     key = dbt_cache.manifest_key(partial_parse_state, decoder, versions)
     assert kept[0].name == f"{key}.pickle"
     assert dbt_cache.manifest_key(partial_parse_state, decoder, ("dbt_core-0.0.1.dist-info",)) != key
+
+
+LAZY_PROBE = """
+import dataclasses, json, sys
+if sys.argv[1] == "enabled":
+    from dayclose import dbt_cache
+    dbt_cache.enable()
+from mashumaro.config import BaseConfig
+from mashumaro.jsonschema.models import JSONObjectSchema
+from mashumaro.mixins.dict import DataClassDictMixin
+from dbt.artifacts.resources import NodeConfig
+
+def stubs(cls):  # its methods not compiled yet: stubs that compile them at their first call
+    code = lambda m: (m.__func__ if isinstance(m, classmethod) else m).__code__
+    methods = {k: code(m) for k, m in vars(cls).items() if k.startswith("__mashumaro_")}
+    return sorted(k for k, c in methods.items() if "CodeBuilder" in c.co_names)
+
+at_import = stubs(JSONObjectSchema)
+
+@dataclasses.dataclass
+class DefinedAfter(DataClassDictMixin):
+    n: int = 1
+
+schema = NodeConfig.json_schema()  # built as JSONObjectSchema objects, then their to_dict
+print(json.dumps({
+    "default": BaseConfig.lazy_compilation,
+    "stubs_at_import": at_import,
+    "stubs_after_use": stubs(JSONObjectSchema),
+    "stubs_defined_after": stubs(DefinedAfter),
+    "schema": schema,
+    "round_trip": JSONObjectSchema.from_dict(schema).to_dict() == schema,
+}))
+"""
+
+
+def test_dbt_is_imported_with_mashumaros_serializers_compiled_at_first_use(tmp_path: Path) -> None:
+    """dbt_cache.enable imports dbt with mashumaro's serializers compiled lazily; the schemas
+    they build are the same as without, and classes defined later compile as usual."""
+    env = {**os.environ, "DAYCLOSE_CACHE_DIR": "off"}  # schemas built, not read from a file
+
+    def probe(mode: str) -> dict:
+        done = subprocess.run(
+            [sys.executable, "-c", LAZY_PROBE, mode], env=env, capture_output=True, text=True, check=True
+        )
+        return json.loads(done.stdout)
+
+    lazy, eager = probe("enabled"), probe("plain")
+    assert eager["stubs_at_import"] == [] and "__mashumaro_to_dict__" in lazy["stubs_at_import"]
+    assert "__mashumaro_to_dict__" not in lazy["stubs_after_use"]  # compiled when first called
+    assert lazy["schema"] == eager["schema"] and len(json.dumps(lazy["schema"])) > 2000
+    assert lazy["round_trip"] and eager["round_trip"]
+    assert lazy["default"] is False and lazy["stubs_defined_after"] == []  # the default put back
