@@ -235,3 +235,57 @@ def test_dbt_is_imported_with_mashumaros_serializers_compiled_at_first_use(tmp_p
     assert lazy["schema"] == eager["schema"] and len(json.dumps(lazy["schema"])) > 2000
     assert lazy["round_trip"] and eager["round_trip"]
     assert lazy["default"] is False and lazy["stubs_defined_after"] == []  # the default put back
+
+
+GENERATED = "def double(x: int) -> str:\n    return str(x * 2)\n"
+
+
+def test_generated_python_compiled_once_comes_from_the_file_in_the_next_process(cache_folder: Path) -> None:
+    """The Python that dataclasses and mashumaro generate is compiled once (dbt_cache.cached_exec)
+    and runs as exec would run it, without this module's future features."""
+    namespace: dict = {}
+    dbt_cache.cached_exec(GENERATED, namespace)
+    assert namespace["double"](21) == "42"
+    assert namespace["double"].__annotations__ == {"x": int, "return": str}  # not strings
+    dbt_cache.save()
+
+    cache = _new_process()
+    assert len(cache.codes) == 1
+    again: dict = {}
+    dbt_cache.cached_exec(GENERATED, again)
+    assert again["double"](5) == "10" and again["double"].__code__.co_filename == "<string>"
+    assert not cache.changed, "the text was compiled again instead of read from the file"
+    dbt_cache.cached_exec(GENERATED.replace("2", "3"), again)
+    assert again["double"](5) == "15" and cache.changed and len(cache.codes) == 2
+
+
+CODES_PROBE = """
+import dataclasses, json
+from dayclose import dbt_cache
+dbt_cache.enable()
+import dbt.adapters.duckdb
+from mashumaro.core.meta.code import builder
+cache = dbt_cache._cache
+print(json.dumps({
+    "codes": len(cache.codes),
+    "compiled_here": cache.changed,
+    "builder": builder.exec is dbt_cache.cached_exec,
+    "dataclasses_after_import": "exec" in vars(dataclasses),
+}))
+dbt_cache.save()
+"""
+
+
+def test_dbts_generated_python_comes_from_the_file_in_the_next_process(tmp_path: Path) -> None:
+    env = {**os.environ, "DAYCLOSE_CACHE_DIR": str(tmp_path / "cache")}
+
+    def probe() -> dict:
+        done = subprocess.run(
+            [sys.executable, "-c", CODES_PROBE], env=env, capture_output=True, text=True, check=True
+        )
+        return json.loads(done.stdout)
+
+    first, second = probe(), probe()
+    assert first["compiled_here"] and first["codes"] > 500  # dbt's dataclasses and serializers
+    assert not second["compiled_here"] and second["codes"] == first["codes"]  # all from the file
+    assert first["builder"] and not first["dataclasses_after_import"]  # dataclasses as it was
