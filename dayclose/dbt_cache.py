@@ -200,6 +200,9 @@ def cached_exec(source: Any, globals: dict | None = None, locals: Any = None, /)
     a fifth of dbt's import. Compiled as exec compiles a text in those modules: file name
     "<string>", no future features (dont_inherit: this module's `annotations` must not
     leak into it)."""
+    if globals is None:  # as exec does: the caller's scope, not this function's
+        caller = sys._getframe(1)
+        globals, locals = caller.f_globals, caller.f_locals if locals is None else locals
     cache = _cache
     if cache is None or not isinstance(source, str):
         return exec(source, globals, locals)

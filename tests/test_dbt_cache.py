@@ -258,6 +258,14 @@ def test_generated_python_compiled_once_comes_from_the_file_in_the_next_process(
     dbt_cache.cached_exec(GENERATED.replace("2", "3"), again)
     assert again["double"](5) == "15" and cache.changed and len(cache.codes) == 2
 
+    def callers_scope() -> dict:
+        marker = "the caller's"  # noqa: F841 - read by the executed text
+        found: dict = {}
+        dbt_cache.cached_exec("found['seen'] = marker", None)  # no globals: the caller's scope
+        return found
+
+    assert callers_scope() == {"seen": "the caller's"}
+
 
 CODES_PROBE = """
 import dataclasses, json
