@@ -185,6 +185,18 @@ def test_the_project_read_from_its_partial_parse_state_comes_from_the_file_in_th
     assert dbt_cache.manifest_key(partial_parse_state, decoder, ("dbt_core-0.0.1.dist-info",)) != key
 
 
+def _probe(script: str, env: dict[str, str], *args: str) -> dict:
+    """What `script` prints as JSON, run in a new interpreter with `env` added."""
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(done.stdout)
+
+
 LAZY_PROBE = """
 import dataclasses, json, sys
 if sys.argv[1] == "enabled":
@@ -221,15 +233,8 @@ print(json.dumps({
 def test_dbt_is_imported_with_mashumaros_serializers_compiled_at_first_use(tmp_path: Path) -> None:
     """dbt_cache.enable imports dbt with mashumaro's serializers compiled lazily; the schemas
     they build are the same as without, and classes defined later compile as usual."""
-    env = {**os.environ, "DAYCLOSE_CACHE_DIR": "off"}  # schemas built, not read from a file
-
-    def probe(mode: str) -> dict:
-        done = subprocess.run(
-            [sys.executable, "-c", LAZY_PROBE, mode], env=env, capture_output=True, text=True, check=True
-        )
-        return json.loads(done.stdout)
-
-    lazy, eager = probe("enabled"), probe("plain")
+    off = {"DAYCLOSE_CACHE_DIR": "off"}  # schemas built, not read from a file
+    lazy, eager = _probe(LAZY_PROBE, off, "enabled"), _probe(LAZY_PROBE, off, "plain")
     assert eager["stubs_at_import"] == [] and "__mashumaro_to_dict__" in lazy["stubs_at_import"]
     assert "__mashumaro_to_dict__" not in lazy["stubs_after_use"]  # compiled when first called
     assert lazy["schema"] == eager["schema"] and len(json.dumps(lazy["schema"])) > 2000
@@ -285,15 +290,8 @@ dbt_cache.save()
 
 
 def test_dbts_generated_python_comes_from_the_file_in_the_next_process(tmp_path: Path) -> None:
-    env = {**os.environ, "DAYCLOSE_CACHE_DIR": str(tmp_path / "cache")}
-
-    def probe() -> dict:
-        done = subprocess.run(
-            [sys.executable, "-c", CODES_PROBE], env=env, capture_output=True, text=True, check=True
-        )
-        return json.loads(done.stdout)
-
-    first, second = probe(), probe()
+    cache = {"DAYCLOSE_CACHE_DIR": str(tmp_path / "cache")}
+    first, second = _probe(CODES_PROBE, cache), _probe(CODES_PROBE, cache)
     assert first["compiled_here"] and first["codes"] > 500  # dbt's dataclasses and serializers
     assert not second["compiled_here"] and second["codes"] == first["codes"]  # all from the file
     assert first["builder"] and not first["dataclasses_after_import"]  # dataclasses as it was
