@@ -12,6 +12,7 @@ import marshal
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -103,6 +104,11 @@ def test_a_file_of_other_versions_or_damaged_is_ignored_and_replaced(cache_folde
 
     path.write_bytes(marshal.dumps({**stored, "versions": ("dbt_core-0.0.1.dist-info",)}))
     assert _new_process().templates == {}
+    older = {key: value for key, value in stored.items() if key != "format"}
+    path.write_bytes(marshal.dumps(older))  # written by an older dayclose: may hold unstable texts
+    assert _new_process().templates == {}
+    path.write_bytes(marshal.dumps(stored))
+    assert len(_new_process().templates) == 1  # the same file with its format: read
 
     path.write_bytes(path.read_bytes()[:100])  # cut short, as by a full disk
     cache = _new_process()
@@ -271,13 +277,36 @@ def test_generated_python_compiled_once_comes_from_the_file_in_the_next_process(
 
     assert callers_scope() == {"seen": "the caller's"}
 
+    # a text naming a helper of this process only (mashumaro's uuid4().hex names): not kept
+    unstable = GENERATED.replace("double", "__double_9f3c29e1f1c043aea4da27687e65eb1e")
+    kept = dict(cache.codes)
+    dbt_cache.cached_exec(unstable, again)
+    assert again["__double_9f3c29e1f1c043aea4da27687e65eb1e"](4) == "8"
+    assert cache.codes == kept
+
+
+def test_generated_python_runs_as_exec_would_with_the_cache_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dbt_cache, "_cache", None)
+    monkeypatch.setenv("DAYCLOSE_CACHE_DIR", "off")
+    dbt_cache.enable()
+    assert dbt_cache._cache is None
+    namespace: dict = {}
+    dbt_cache.cached_exec(GENERATED, namespace)
+    assert namespace["double"].__annotations__ == {"x": int, "return": str}  # not strings
+
 
 CODES_PROBE = """
 import dataclasses, json
 from dayclose import dbt_cache
 dbt_cache.enable()
 import dbt.adapters.duckdb
+from dbt.artifacts.resources import NodeConfig, TestConfig
+from dbt.contracts.project import ProjectFlags
 from mashumaro.core.meta.code import builder
+# serializers compiled at first use, as a parse and a build do; some name random helpers
+ProjectFlags.from_dict({})
+for config in (NodeConfig, TestConfig):
+    config.from_dict(config().to_dict())
 cache = dbt_cache._cache
 print(json.dumps({
     "codes": len(cache.codes),
@@ -290,8 +319,48 @@ dbt_cache.save()
 
 
 def test_dbts_generated_python_comes_from_the_file_in_the_next_process(tmp_path: Path) -> None:
+    """dbt's import and serializers used as a parse uses them: a second process compiles
+    nothing new, so the file is not rewritten and does not grow from night to night."""
     cache = {"DAYCLOSE_CACHE_DIR": str(tmp_path / "cache")}
     first, second = _probe(CODES_PROBE, cache), _probe(CODES_PROBE, cache)
     assert first["compiled_here"] and first["codes"] > 500  # dbt's dataclasses and serializers
     assert not second["compiled_here"] and second["codes"] == first["codes"]  # all from the file
     assert first["builder"] and not first["dataclasses_after_import"]  # dataclasses as it was
+
+
+def test_the_cached_methods_never_wait_for_the_lock_enable_holds(cache_folder: Path) -> None:
+    """enable() holds the module's lock while it imports dbt; a thread that compiles meanwhile
+    (a dataclass defined in a module being imported) must not wait for it: it could wait on
+    a module the importing thread waits for, for ever."""
+    from dbt.contracts.project import Project
+
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with dbt_cache._lock:
+            held.set()
+            release.wait(30)
+
+    done: list[object] = []
+
+    def compile_meanwhile() -> None:
+        namespace: dict = {}
+        dbt_cache.cached_exec(GENERATED.replace("2", "7"), namespace)
+        done.append(namespace["double"](1))
+        done.append(_render(SOURCE.replace("21", "5")))
+        Project.json_schema.cache_clear()
+        done.append(bool(Project.json_schema()))
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(10)
+        worker = threading.Thread(target=compile_meanwhile)
+        worker.start()
+        worker.join(20)
+        assert not worker.is_alive(), "a cache miss waited for the lock"
+    finally:
+        release.set()
+        holder.join()
+    assert done == ["7", "5 10 ", True]
+    assert dbt_cache._cache is not None and dbt_cache._cache.changed
