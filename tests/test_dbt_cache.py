@@ -282,6 +282,7 @@ def test_generated_python_compiled_once_comes_from_the_file_in_the_next_process(
     kept = dict(cache.codes)
     dbt_cache.cached_exec(unstable, again)
     assert again["__double_9f3c29e1f1c043aea4da27687e65eb1e"](4) == "8"
+    dbt_cache.cached_exec("holder = attrs_140234567890123", {"attrs_140234567890123": 1})  # an id()
     assert cache.codes == kept
 
 
@@ -293,6 +294,33 @@ def test_generated_python_runs_as_exec_would_with_the_cache_off(monkeypatch: pyt
     namespace: dict = {}
     dbt_cache.cached_exec(GENERATED, namespace)
     assert namespace["double"].__annotations__ == {"x": int, "return": str}  # not strings
+    dbt_cache.cached_exec(GENERATED.replace("double", "twice").encode(), namespace)  # bytes, as exec takes
+    assert namespace["twice"].__annotations__ == {"x": int, "return": str}
+
+
+def test_the_file_is_rewritten_only_when_something_new_was_compiled(
+    cache_folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _render(SOURCE)
+    dbt_cache.save()
+    path = _cache_file(cache_folder)
+    os.utime(path, (1_000_000_000, 1_000_000_000))
+    before = path.stat()
+    _render(SOURCE)  # from the cache: nothing new
+    dbt_cache.save()
+    after = path.stat()
+    assert (after.st_ino, after.st_mtime) == (before.st_ino, before.st_mtime)
+
+    def full_disk(path: Path, data: bytes) -> None:
+        raise OSError(28, "No space left on device")
+
+    _render(SOURCE.replace("21", "3"))
+    with monkeypatch.context() as patched:
+        patched.setattr(dbt_cache, "_write_atomic", full_disk)
+        dbt_cache.save()  # fails quietly; what was new is written by the next save
+    dbt_cache.save()
+    assert path.stat().st_mtime > before.st_mtime
+    assert len(_new_process().templates) == 2
 
 
 CODES_PROBE = """
@@ -322,7 +350,9 @@ def test_dbts_generated_python_comes_from_the_file_in_the_next_process(tmp_path:
     """dbt's import and serializers used as a parse uses them: a second process compiles
     nothing new, so the file is not rewritten and does not grow from night to night."""
     cache = {"DAYCLOSE_CACHE_DIR": str(tmp_path / "cache")}
-    first, second = _probe(CODES_PROBE, cache), _probe(CODES_PROBE, cache)
+    # other hash seeds: a text with a set written in hash order would be new in the second
+    first = _probe(CODES_PROBE, {**cache, "PYTHONHASHSEED": "1"})
+    second = _probe(CODES_PROBE, {**cache, "PYTHONHASHSEED": "2"})
     assert first["compiled_here"] and first["codes"] > 500  # dbt's dataclasses and serializers
     assert not second["compiled_here"] and second["codes"] == first["codes"]  # all from the file
     assert first["builder"] and not first["dataclasses_after_import"]  # dataclasses as it was
