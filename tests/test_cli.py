@@ -161,3 +161,19 @@ print("not reached")
     assert done.returncode == 3, done.stderr
     assert done.stdout == "summary line\n"
     assert handler.read_text() == "yes" and worker.read_text() == "yes"
+
+
+def test_a_command_collects_garbage_less_often_than_python_by_default() -> None:
+    """`entry` sets GC_THRESHOLDS before main runs (dbt's parse and build make millions of objects)."""
+    script = """
+import gc
+import dayclose.cli as cli
+default = gc.get_threshold()
+cli.main = lambda: print(default, gc.get_threshold()) or 0
+cli.entry()
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
+    default, during = done.stdout.split(") (")
+    assert default == "(700, 10, 10" and during == "100000, 50, 100)\n"
