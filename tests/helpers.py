@@ -248,3 +248,8 @@ def documented_comments(target: Target) -> dict[tuple[str, str | None], str]:
             if (name, column["name"]) in stored and column["description"]:
                 expected[(name, column["name"])] = column["description"]
     return expected
+
+
+def dbt_invocations(state_dir: Path) -> list[str]:
+    """The dbt log of a target's state folder (dbt_target_dir's parent), one text per dbt invocation."""
+    return (state_dir / "logs" / "dbt.log").read_text(errors="replace").split("Running with dbt=")[1:]

@@ -27,6 +27,7 @@ from dayclose.jobs import run_nightly
 from dayclose.loader import load as load_module
 from dayclose.settings import PROJECT_DIR, Target
 from dayclose.warehouse import Warehouse
+from tests import helpers
 from tests.helpers import sale, table, ts, write_batch
 
 FIRST = date(2026, 11, 20)
@@ -213,8 +214,8 @@ def test_run_killed_mid_build_then_rerun_is_exact(engine: Target, landing: Path,
 
 def dbt_invocations() -> list[str]:
     """The dbt log of the test's state folder, one text per dbt invocation."""
-    [log] = Path(os.environ["DAYCLOSE_STATE_DIR"]).glob("*/logs/dbt.log")
-    return log.read_text(errors="replace").split("Running with dbt=")[1:]
+    [state] = Path(os.environ["DAYCLOSE_STATE_DIR"]).glob("*/logs/dbt.log")
+    return helpers.dbt_invocations(state.parent.parent)
 
 
 def dbt_commands() -> list[str]:

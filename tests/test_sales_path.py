@@ -20,6 +20,7 @@ from tests.helpers import (
     add_part,
     daily_sales,
     day_total,
+    dbt_invocations,
     documented_comments,
     sale,
     stored_comments,
@@ -67,7 +68,7 @@ def test_rerun_at_same_as_of_gives_same_table(engine: Target, landing: Path) -> 
     assert len(before) > 40
     _comments_in_place(engine)
     if engine.name == "duckdb":  # dayclose's persist_docs (macros/persist_docs.sql), not dbt-duckdb's
-        rerun_log = (engine.state_dir / "logs" / "dbt.log").read_text().split("Running with dbt=")[-1]
+        rerun_log = dbt_invocations(engine.state_dir)[-1]
         written = {
             path.replace('"', "").split(".")[-2 if kind == "column" else -1]
             for kind, path in re.findall(r"comment on (table|view|column) (\S+) is", rerun_log)
