@@ -341,12 +341,7 @@ def _with_days_not_final(target: Target, src: Source, summary: RunSummary) -> No
     """
     window, days = summary.window, summary.window_days
     with Warehouse(target) as wh:
-        audit = f"{target.schema}_published.run_audit"
-        if not wh.relation_exists(f"{target.schema}_published", "run_audit"):
-            return
-        runs = wh.query(
-            f"select window_start, window_end, as_of from {audit} where job = %s and published", (src.name,)
-        )
+        runs = _published_runs(wh, target, src)
     if not runs:
         return
     final = {
@@ -367,8 +362,23 @@ def _with_days_not_final(target: Target, src: Source, summary: RunSummary) -> No
         summary.window = (caught_up[0], window[1])
 
 
+def _published_runs(wh: Warehouse, target: Target, src: Source) -> list[tuple[date, date, datetime]]:
+    """(window_start, window_end, as_of) of every run of the source that published, from the run audit."""
+    if not wh.relation_exists(f"{target.schema}_published", "run_audit"):
+        return []
+    return wh.query(
+        f"select window_start, window_end, as_of from {target.schema}_published.run_audit "
+        "where job = %s and published",
+        (src.name,),
+    )
+
+
 def _first_build_window(target: Target, src: Source, summary: RunSummary) -> tuple[date, date]:
     """A first build covers every day loaded so far, not only the window.
+
+    A run is a first build until one run of the source has published: a first build stopped
+    by its gates, or killed once dbt had created the mart, leaves the mart behind with nothing
+    published, and the next run must still build and publish every day, not only its window.
 
     The first day is read off the raw lines' event time (the lines are decoded later, by
     dbt): not before a month ahead of the first arrival, so that a garbage timestamp cannot
@@ -378,7 +388,7 @@ def _first_build_window(target: Target, src: Source, summary: RunSummary) -> tup
     window = summary.window
     event_at = project_vars()["landing_sources"][src.name]["event_at"]
     with Warehouse(target) as wh:
-        if wh.relation_exists(target.schema, src.mart):
+        if wh.relation_exists(target.schema, src.mart) and _published_runs(wh, target, src):
             return window
         raw = f"{target.landing_schema}.{src.table}"
         day = event_day_sql(wh, event_at)

@@ -3,6 +3,7 @@ expected, a distinct non-zero exit code, no traceback (unless --debug)."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from dayclose.cli import GC_THRESHOLDS
 from dayclose.errors import EXIT_CONFIG, EXIT_NOT_FOUND, EXIT_UNAVAILABLE, EXIT_USAGE
 from dayclose.settings import Target, dbt_env, postgres_options
 
@@ -143,7 +145,7 @@ def test_the_quick_exit_keeps_the_code_the_output_and_the_exit_handlers(tmp_path
 import atexit, pathlib, threading, time
 import dayclose.cli as cli
 
-def main():
+def main(argv):
     atexit.register(pathlib.Path({str(handler)!r}).write_text, "yes")
     work = lambda: (time.sleep(0.5), pathlib.Path({str(worker)!r}).write_text("yes"))
     threading.Thread(target=work).start()
@@ -163,17 +165,28 @@ print("not reached")
     assert handler.read_text() == "yes" and worker.read_text() == "yes"
 
 
-def test_a_command_collects_garbage_less_often_than_python_by_default() -> None:
-    """`entry` sets GC_THRESHOLDS before main runs (dbt's parse and build make millions of objects)."""
+def test_a_command_that_runs_dbt_collects_garbage_less_often() -> None:
+    """`entry` sets GC_THRESHOLDS before main runs a command that runs dbt (its parse and build
+    make millions of objects); the other commands, the long-running stream monitor among them,
+    keep Python's default."""
     script = """
-import gc
+import gc, json, sys
 import dayclose.cli as cli
 default = gc.get_threshold()
-cli.main = lambda: print(default, gc.get_threshold()) or 0
+cli.main = lambda argv: print(json.dumps([argv, default, gc.get_threshold()])) or 0
 cli.entry()
 """
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
-    )
-    default, during = done.stdout.split(") (")
-    assert default == "(700, 10, 10" and during == "100000, 50, 100)\n"
+
+    def thresholds(*argv: str) -> tuple[list, tuple, tuple]:
+        done = subprocess.run(
+            [sys.executable, "-c", script, *argv], capture_output=True, text=True, timeout=120, check=True
+        )
+        given, default, during = json.loads(done.stdout)
+        return given, tuple(default), tuple(during)
+
+    for argv in (["run", "sales", "--landing", "x"], ["--debug", "restate", "sales"], ["demo"]):
+        given, default, during = thresholds(*argv)
+        assert given == argv and during == GC_THRESHOLDS and during[0] > default[0]
+    for argv in (["monitor", "--worker", "0", "--of", "2"], ["generate", "sales"], ["--debug"]):
+        given, default, during = thresholds(*argv)
+        assert given == argv and during == default

@@ -214,8 +214,8 @@ def test_run_killed_mid_build_then_rerun_is_exact(engine: Target, landing: Path,
 
 def dbt_invocations() -> list[str]:
     """The dbt log of the test's state folder, one text per dbt invocation."""
-    [state] = Path(os.environ["DAYCLOSE_STATE_DIR"]).glob("*/logs/dbt.log")
-    return helpers.dbt_invocations(state.parent.parent)
+    [log] = Path(os.environ["DAYCLOSE_STATE_DIR"]).glob("*/logs/dbt.log")
+    return helpers.dbt_invocations(log.parent.parent)
 
 
 def dbt_commands() -> list[str]:
@@ -226,6 +226,28 @@ def dbt_commands() -> list[str]:
         found = re.search(r"Command `cli (\w+)`", text)
         commands.append(found.group(1) if found else "build" if "Finished running" in text else "?")
     return commands
+
+
+def test_a_first_build_that_published_nothing_leaves_the_next_run_a_first_build(
+    engine: Target, landing: Path, week: dict
+) -> None:
+    """A first build stopped by its gates, or killed once dbt had created the mart, leaves the
+    mart behind with nothing published: the next run still builds and publishes every loaded
+    day, not only its window (Nov 20 left the 4-day window of a Nov 25 run)."""
+    as_of = ts("2026-11-25T00:30")
+    jobs.load_step(engine, "sales", landing, as_of, None)
+    window = (date(2026, 11, 22), date(2026, 11, 25))
+    built = jobs.build_step(engine, "sales", window, as_of, {"run_id": "stopped"}, None, True)
+    assert built.success
+    assert table(engine, "select count(*) from {schema}.daily_sales") != [(0,)]
+    assert published(engine) == {}
+
+    rerun = run_nightly("sales", engine, landing, as_of, quiet=True, lock_timeout=30)
+    assert rerun.ok, rerun.lines()
+    assert rerun.window == (FIRST, date(2026, 11, 25))
+    ours = published(engine)
+    assert sorted(ours) == sorted(week)
+    assert ours["2026-11-20"] == week["2026-11-20"]  # every sale of Nov 20 had arrived
 
 
 def test_the_build_runs_on_the_parse_made_during_the_load(
