@@ -208,8 +208,10 @@ def _load_build_publish(run: _Run) -> None:
             run, "load", load_step, target, run.source.name, run.landing, summary.as_of, recheck
         )
     if summary.kind == "run":
-        summary.window = _first_build_window(target, run.source, summary)
-        _with_days_not_final(target, run.source, summary)
+        with Warehouse(target) as wh:
+            published_runs = _published_runs(wh, target, run.source)
+        summary.window = _first_build_window(target, run.source, summary, published_runs)
+        _with_days_not_final(summary, published_runs)
     last_day = summary.window[1] - timedelta(days=1)
     progress(f"build {summary.job}: days {summary.window[0]} .. {last_day}, then the gates")
     variables = {**run.project_vars, "run_id": summary.run_id}
@@ -330,18 +332,17 @@ def publish_step(
         return publish(wh, job_name, window[0], window[1], as_of, held)
 
 
-def _with_days_not_final(target: Target, src: Source, summary: RunSummary) -> None:
+def _with_days_not_final(summary: RunSummary, runs: list[tuple[date, date, datetime]]) -> None:
     """Widen the window back to the days that are not final yet, or list them for a restatement.
 
     A day is final once a published run rebuilt it at its last window position or later (as
     of day D + window_days). Runs missed (the scheduler was down) or failed leave days that
     left the window without that build, or were never built at all: the next run catches
     them up, when they are at most catch_up_max_days before its window; older ones are listed
-    for a restatement and the run warns. Read from the run audit: nothing to keep besides.
+    for a restatement and the run warns. `runs`: the source's published runs, from the run
+    audit (_published_runs): nothing to keep besides.
     """
     window, days = summary.window, summary.window_days
-    with Warehouse(target) as wh:
-        runs = _published_runs(wh, target, src)
     if not runs:
         return
     final = {
@@ -373,7 +374,9 @@ def _published_runs(wh: Warehouse, target: Target, src: Source) -> list[tuple[da
     )
 
 
-def _first_build_window(target: Target, src: Source, summary: RunSummary) -> tuple[date, date]:
+def _first_build_window(
+    target: Target, src: Source, summary: RunSummary, published_runs: list[tuple[date, date, datetime]]
+) -> tuple[date, date]:
     """A first build covers every day loaded so far, not only the window.
 
     A run is a first build until one run of the source has published: a first build stopped
@@ -388,7 +391,7 @@ def _first_build_window(target: Target, src: Source, summary: RunSummary) -> tup
     window = summary.window
     event_at = project_vars()["landing_sources"][src.name]["event_at"]
     with Warehouse(target) as wh:
-        if wh.relation_exists(target.schema, src.mart) and _published_runs(wh, target, src):
+        if published_runs and wh.relation_exists(target.schema, src.mart):
             return window
         raw = f"{target.landing_schema}.{src.table}"
         day = event_day_sql(wh, event_at)
