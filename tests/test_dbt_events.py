@@ -1,0 +1,249 @@
+"""dbt's log events built sooner (dayclose/dbt_events.py): the same messages, the same errors,
+the same scrubbed lines as dbt-common builds and writes without it."""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import os
+from functools import partial
+
+from google.protobuf import json_format
+
+from dayclose import dbt_events
+
+
+def _message_classes() -> list[type]:
+    """Every message of dbt's event modules (dbt-common's, the adapters', dbt-core's)."""
+    from dbt.adapters.events import adapter_types_pb2
+    from dbt.events import core_types_pb2
+    from dbt_common.events import types_pb2
+
+    classes = []
+    for module in (types_pb2, adapter_types_pb2, core_types_pb2):
+        for name in sorted(vars(module)):
+            value = getattr(module, name)
+            if isinstance(value, type) and hasattr(value, "DESCRIPTOR"):
+                classes.append(value)
+    return classes
+
+
+# values a field of each protobuf type takes, as dbt passes them (first) and as it does not
+SCALARS = {
+    1: [2.5, 3, 2**60, 10**400, "1.5", "NaN", float("nan"), float("inf"), None, True, "x"],  # double
+    2: [2.5, 3, 1e300, "1.5", None, "x"],  # float
+    3: [7, -(2**40), 2**70, "12", 1.0, 1.5, True, None, "x"],  # int64
+    4: [7, "12", -1, 1.0, None],  # uint64
+    5: [7, "12", 1.0, 1.5, 2**40, True, None, "x"],  # int32
+    8: [True, False, 1, 0, "true", None],  # bool
+    9: ["text", "", "caf\u00e9", "\ud83d\ude00", "\ud800 lone", 5, 1.5, True, None, b"bytes"],  # string
+    13: [7, -1, "3", None],  # uint32
+}
+TIMESTAMPS = [
+    "2026-12-04T07:01:50.123456Z",
+    "2026-12-04T07:01:50+01:00",
+    "2026-12-04 07:01:50",
+    "not a time",
+    None,
+    dt.datetime(2026, 12, 4, 7, 1, 50),
+    5,
+]
+WELL_KNOWN = {
+    "google.protobuf.Struct": [
+        {"a": 1, "b": [1, "x", None, {"c": True}], "d": 2.5},
+        {},
+        {"a": float("nan")},
+        {"a": (1, 2)},
+        {"a": dt.date(2026, 12, 4)},
+        {1: "x"},
+        None,
+        "x",
+        [1],
+    ],
+    "google.protobuf.ListValue": [[1, "x", None, {"a": 2.5}], [], None, "x", {"a": 1}],
+    "google.protobuf.Value": ["x", 1, None, {"a": 1}],
+}
+
+
+def _outcome(parse, values: dict, cls: type) -> tuple[str, object]:
+    """The message as bytes (fields in order, empty nested messages that are set included), or
+    the error."""
+    try:
+        return "message", parse(values, cls()).SerializeToString(deterministic=True)
+    except Exception as exc:  # noqa: BLE001 - the error is what is compared
+        return "error", (type(exc), str(exc))
+
+
+def _same(values: dict, cls: type) -> None:
+    ours = _outcome(dbt_events.parse_dict, values, cls)
+    theirs = _outcome(json_format.ParseDict, values, cls)
+    assert ours == theirs, f"{cls.__name__} from {values!r}: {ours} != {theirs}"
+
+
+def _typical(descriptor, depth: int = 0) -> dict:
+    """A dict of every field of the message, each with the first value of its kind."""
+    values = {}
+    for field in descriptor.fields:
+        values[field.name] = _typical_value(field, depth)
+    return values
+
+
+def _typical_value(field, depth: int):
+    kind = field.message_type
+    repeated = field.is_repeated
+    if kind is not None and kind.GetOptions().map_entry:
+        item = _typical_value(kind.fields_by_name["value"], depth + 1)
+        return {"key": item, "other": item}
+    if kind is None:
+        value = SCALARS.get(field.type, ["text"])[0]
+    elif kind.full_name == "google.protobuf.Timestamp":
+        value = TIMESTAMPS[0]
+    elif kind.full_name in WELL_KNOWN:
+        value = WELL_KNOWN[kind.full_name][0]
+    elif depth < 3:
+        value = _typical(kind, depth + 1)
+    else:
+        value = {}
+    return [value, value] if repeated else value
+
+
+def test_every_dbt_event_message_is_built_as_parse_dict_builds_it():
+    classes = _message_classes()
+    assert len(classes) > 300  # dbt's events: the test covers them, not an empty list
+    for cls in classes:
+        _same(_typical(cls.DESCRIPTOR), cls)
+        _same({}, cls)
+
+
+def test_dbts_events_take_the_quick_way(monkeypatch):
+    """Not ParseDict for the events dbt fires, as dbt gives them (the test above would pass if
+    every message went to ParseDict)."""
+    calls: list[str] = []
+    real = json_format.ParseDict
+    monkeypatch.setattr(
+        json_format,
+        "ParseDict",
+        lambda js, message, **o: calls.append(type(message).__name__) or real(js, message, **o),
+    )
+    classes = _message_classes()
+    for cls in classes:
+        dbt_events.parse_dict(_typical(cls.DESCRIPTOR), cls())
+    assert len(calls) <= len(classes) // 20, calls  # messages with a 32-bit float, an enum, a oneof
+    for name in (
+        "SQLQuery",
+        "SQLQueryStatus",
+        "SQLCommit",
+        "NodeStart",
+        "NodeFinished",
+        "LogStartLine",
+        "LogModelResult",
+        "LogTestResult",
+        "CacheAction",
+        "SQLQueryMsg",
+        "NodeFinishedMsg",
+        "Note",
+    ):
+        assert name not in calls, name
+
+
+def test_values_parse_dict_converts_or_refuses_give_the_same_message_or_error():
+    """Each field of each kind, given each value of the lists above, alone and beside a time
+    stamp (the one value converted before the constructor)."""
+    seen_kinds = set()
+    for cls in _message_classes():
+        for field in cls.DESCRIPTOR.fields:
+            kind = field.message_type
+            repeated = field.is_repeated
+            if kind is not None and kind.GetOptions().map_entry:
+                candidates = [{"k": "v"}, {"k": 5}, {5: "v"}, [("k", "v")], None]
+                label = "map"
+            elif kind is None:
+                candidates = SCALARS.get(field.type, ["text", 5])
+                label = field.type
+            elif kind.full_name == "google.protobuf.Timestamp":
+                candidates = TIMESTAMPS
+                label = kind.full_name
+            elif kind.full_name in WELL_KNOWN:
+                candidates = WELL_KNOWN[kind.full_name]
+                label = kind.full_name
+            else:
+                typical = _typical(kind, 2)
+                candidates = [typical, {**typical, "no_such_field": 1}, "x", None]
+                label = "message"
+            label = (label, repeated)
+            if label in seen_kinds and field.name not in ("info", "node_info", "timing_info"):
+                continue  # one field of each kind, and the ones every event carries
+            seen_kinds.add(label)
+            for value in candidates:
+                given = [value, value] if repeated and value is not None else value
+                _same({field.name: given}, cls)
+                if repeated:
+                    _same({field.name: value}, cls)  # not a list
+    assert len(seen_kinds) >= 12, seen_kinds
+
+
+def test_the_envelope_of_an_event_is_the_same_message():
+    """msg_from_base_event, as dbt calls it for each event fired (the envelope with its time
+    stamp), gives the same message with the faster ParseDict."""
+    from dbt.adapters.events.types import SQLQuery
+    from dbt_common.events import base_types
+
+    event = SQLQuery(conn_name="master", sql="select 1", node_info={"unique_id": "model.x.y"})
+    original = base_types.ParseDict
+    try:
+        base_types.ParseDict = json_format.ParseDict
+        theirs = base_types.msg_from_base_event(event)
+        base_types.ParseDict = dbt_events.parse_dict
+        ours = base_types.msg_from_base_event(event)
+    finally:
+        base_types.ParseDict = original
+    assert ours.info.ts.seconds > 0 and ours.data.sql == "select 1"
+    ours.info.ts.CopyFrom(theirs.info.ts)  # built a moment apart
+    assert ours == theirs
+
+
+def test_install_replaces_dbt_commons_parse_dict_and_the_scrubber():
+    from dbt.events import logging as core_logging
+    from dbt_common.events import base_types, functions
+
+    assert dbt_events.install() is True
+    assert dbt_events.install() is True  # once per process
+    assert base_types.ParseDict is dbt_events.parse_dict
+    assert functions.env_scrubber is dbt_events.env_scrubber
+    assert core_logging.env_scrubber is dbt_events.env_scrubber
+
+
+def test_the_scrubber_hides_the_invocations_secrets_and_the_environments_without_one(monkeypatch):
+    from dbt_common.context import set_invocation_context
+
+    monkeypatch.setenv("DBT_ENV_SECRET_DAYCLOSE_TEST", "hunter2")
+    line = "password hunter2 and text"
+    set_invocation_context(dict(os.environ))
+    assert dbt_events.env_scrubber(line) == "password ***** and text"
+    set_invocation_context({"DBT_ENV_SECRET_OTHER": "text"})  # what dbt read at the invocation's start
+    assert dbt_events.env_scrubber(line) == "password hunter2 and *****"
+
+    def no_context():  # a thread dbt gave no invocation context: the environment, as dbt reads it
+        results.append(dbt_events.env_scrubber(line))
+
+    import contextvars
+    import threading
+
+    results: list[str] = []
+    thread = threading.Thread(target=contextvars.Context().run, args=(no_context,))
+    thread.start()
+    thread.join()
+    assert results == ["password ***** and text"]
+
+
+def test_a_message_passed_with_options_or_not_empty_is_parse_dicts_own():
+    from dbt_common.events import types_pb2
+
+    message = types_pb2.Note(msg="before")
+    assert dbt_events.parse_dict({}, message).msg == "before"  # merged into, as ParseDict does
+    for values, options in itertools.product(
+        [{"msg": "a"}, {"msg": "a", "unknown": 1}], [{}, {"ignore_unknown_fields": True}]
+    ):
+        ours = _outcome(partial(dbt_events.parse_dict, **options), values, types_pb2.Note)
+        theirs = _outcome(partial(json_format.ParseDict, **options), values, types_pb2.Note)
+        assert ours == theirs
