@@ -18,7 +18,7 @@ from datetime import date, datetime
 from functools import partial
 from typing import Any
 
-from dayclose import dbt_cache, dbt_events
+from dayclose import dbt_cache, dbt_overhead
 from dayclose.settings import PROJECT_DIR, Target, dbt_env, profiles_dir
 
 
@@ -176,7 +176,7 @@ def finish_preparing() -> _Parse | None:
 def _parse_quietly(parse: _Parse, target: Target, args: list[str]) -> None:
     try:
         dbt_cache.enable()
-        dbt_events.install()
+        dbt_overhead.install()
         from dbt.cli.main import dbtRunner
 
         importlib.import_module(f"dbt.adapters.{target.name}")
@@ -278,7 +278,7 @@ def invoke(
     if own_artifacts:
         args = [*args, "--no-write-json"]  # written below, manifest.json only when it changed
     dbt_cache.enable()
-    dbt_events.install()
+    dbt_overhead.install()
     with _dbt_call(target, {**dbt_env(target), **run_env(run_vars)}):
         result = (invoker or partial(_default_invoker, manifest=manifest))(args)
     dbt_cache.save()

@@ -1,4 +1,4 @@
-"""dbt's log events built sooner (dayclose/dbt_events.py): the same messages, the same errors,
+"""dbt's log events built sooner (dayclose/dbt_overhead.py): the same messages, the same errors,
 the same scrubbed lines as dbt-common builds and writes without it."""
 
 from __future__ import annotations
@@ -8,9 +8,10 @@ import itertools
 import os
 from functools import partial
 
+import pytest
 from google.protobuf import json_format
 
-from dayclose import dbt_events
+from dayclose import dbt_overhead
 
 
 def _message_classes() -> list[type]:
@@ -75,7 +76,7 @@ def _outcome(parse, values: dict, cls: type) -> tuple[str, object]:
 
 
 def _same(values: dict, cls: type) -> None:
-    ours = _outcome(dbt_events.parse_dict, values, cls)
+    ours = _outcome(dbt_overhead.parse_dict, values, cls)
     theirs = _outcome(json_format.ParseDict, values, cls)
     assert ours == theirs, f"{cls.__name__} from {values!r}: {ours} != {theirs}"
 
@@ -127,7 +128,7 @@ def test_dbts_events_take_the_quick_way(monkeypatch):
     )
     classes = _message_classes()
     for cls in classes:
-        dbt_events.parse_dict(_typical(cls.DESCRIPTOR), cls())
+        dbt_overhead.parse_dict(_typical(cls.DESCRIPTOR), cls())
     assert len(calls) <= len(classes) // 20, calls  # messages with a 32-bit float, an enum, a oneof
     for name in (
         "SQLQuery",
@@ -193,7 +194,7 @@ def test_the_envelope_of_an_event_is_the_same_message():
     try:
         base_types.ParseDict = json_format.ParseDict
         theirs = base_types.msg_from_base_event(event)
-        base_types.ParseDict = dbt_events.parse_dict
+        base_types.ParseDict = dbt_overhead.parse_dict
         ours = base_types.msg_from_base_event(event)
     finally:
         base_types.ParseDict = original
@@ -202,15 +203,81 @@ def test_the_envelope_of_an_event_is_the_same_message():
     assert ours == theirs
 
 
-def test_install_replaces_dbt_commons_parse_dict_and_the_scrubber():
+def test_install_replaces_the_three_and_only_once():
     from dbt.events import logging as core_logging
+    from dbt_common.behavior_flags import BehaviorFlagRendered
+    from dbt_common.clients import agate_helper
     from dbt_common.events import base_types, functions
 
-    assert dbt_events.install() is True
-    assert dbt_events.install() is True  # once per process
-    assert base_types.ParseDict is dbt_events.parse_dict
-    assert functions.env_scrubber is dbt_events.env_scrubber
-    assert core_logging.env_scrubber is dbt_events.env_scrubber
+    installed = dbt_overhead.install()
+    assert installed == {"events": True, "behavior_flags": True, "type_testers": True}
+    tester = agate_helper.build_type_tester
+    assert dbt_overhead.install() == installed
+    assert agate_helper.build_type_tester is tester  # not wrapped twice
+    assert base_types.ParseDict is dbt_overhead.parse_dict
+    assert functions.env_scrubber is dbt_overhead.env_scrubber
+    assert core_logging.env_scrubber is dbt_overhead.env_scrubber
+    assert BehaviorFlagRendered._default_source is dbt_overhead.behavior_flag_source
+    assert dbt_overhead._originals["type_testers"] is not tester
+
+
+def _sources_from(code: str, module_name: str) -> tuple[str, str]:
+    """Both functions called from a frame of code compiled apart, run in the globals of a
+    module of that name (one without a file, or whose file is not the frame's)."""
+    original = dbt_overhead._originals["behavior_flags"]
+    found: dict = {}
+    namespace = {
+        "__name__": module_name,
+        "original": original,
+        "ours": dbt_overhead.behavior_flag_source,
+        "found": found,
+    }
+    exec(compile(code, "<generated>", "exec"), namespace)
+    return found["original"], found["ours"]
+
+
+def test_a_behavior_flags_source_is_the_module_inspect_finds():
+    from dbt_common.behavior_flags import Behavior
+
+    dbt_overhead.install()
+    original = dbt_overhead._originals["behavior_flags"]
+    assert dbt_overhead.behavior_flag_source() == original() == __name__
+    flag = {"name": "dayclose_test_flag", "default": False, "description": "a test"}
+    behavior = Behavior([flag], {})  # built here: dbt-common's own frames are passed over
+    assert behavior.dayclose_test_flag.no_warn is False
+    assert behavior._flags[0]._behavior_change_event.flag_source == __name__
+    code = "found['original'] = original(); found['ours'] = ours()"
+    for module_name in ("no_such_module", "os", __name__):  # no module; another's file; this one's
+        ours, theirs = _sources_from(code, module_name)
+        assert ours == theirs == __name__, module_name
+
+
+def test_type_testers_are_built_once_per_set_of_text_columns_and_read_as_dbts():
+    from dbt_common.clients import agate_helper
+
+    dbt_overhead.install()
+    build = agate_helper.build_type_tester
+    assert build(["a", "b"], string_null_values=()) is build(("b", "a"), string_null_values=[])
+    assert build(["a"]) is not build(["a"], string_null_values=())
+    for tester in (build, dbt_overhead._originals["type_testers"]):  # the same error as dbt's
+        with pytest.raises(TypeError, match="unhashable"):
+            tester([["a list"]])
+    rows = [{"a": "1", "b": 2, "c": "2026-12-04", "d": None}, {"a": "", "b": 3, "c": "x", "d": 1.5}]
+    ours = agate_helper.table_from_data_flat(rows, ["a", "b", "c", "d"])
+    agate_helper.build_type_tester = dbt_overhead._originals["type_testers"]
+    try:
+        theirs = agate_helper.table_from_data_flat(rows, ["a", "b", "c", "d"])
+    finally:
+        agate_helper.build_type_tester = build
+    assert [type(t) for t in ours.column_types] == [type(t) for t in theirs.column_types]
+    assert (
+        [tuple(r) for r in ours.rows]
+        == [tuple(r) for r in theirs.rows]
+        == [
+            ("1", 2, "2026-12-04", None),
+            ("", 3, "x", 1.5),
+        ]
+    )
 
 
 def test_the_scrubber_hides_the_invocations_secrets_and_the_environments_without_one(monkeypatch):
@@ -219,12 +286,12 @@ def test_the_scrubber_hides_the_invocations_secrets_and_the_environments_without
     monkeypatch.setenv("DBT_ENV_SECRET_DAYCLOSE_TEST", "hunter2")
     line = "password hunter2 and text"
     set_invocation_context(dict(os.environ))
-    assert dbt_events.env_scrubber(line) == "password ***** and text"
+    assert dbt_overhead.env_scrubber(line) == "password ***** and text"
     set_invocation_context({"DBT_ENV_SECRET_OTHER": "text"})  # what dbt read at the invocation's start
-    assert dbt_events.env_scrubber(line) == "password hunter2 and *****"
+    assert dbt_overhead.env_scrubber(line) == "password hunter2 and *****"
 
     def no_context():  # a thread dbt gave no invocation context: the environment, as dbt reads it
-        results.append(dbt_events.env_scrubber(line))
+        results.append(dbt_overhead.env_scrubber(line))
 
     import contextvars
     import threading
@@ -240,10 +307,10 @@ def test_a_message_passed_with_options_or_not_empty_is_parse_dicts_own():
     from dbt_common.events import types_pb2
 
     message = types_pb2.Note(msg="before")
-    assert dbt_events.parse_dict({}, message).msg == "before"  # merged into, as ParseDict does
+    assert dbt_overhead.parse_dict({}, message).msg == "before"  # merged into, as ParseDict does
     for values, options in itertools.product(
         [{"msg": "a"}, {"msg": "a", "unknown": 1}], [{}, {"ignore_unknown_fields": True}]
     ):
-        ours = _outcome(partial(dbt_events.parse_dict, **options), values, types_pb2.Note)
+        ours = _outcome(partial(dbt_overhead.parse_dict, **options), values, types_pb2.Note)
         theirs = _outcome(partial(json_format.ParseDict, **options), values, types_pb2.Note)
         assert ours == theirs
