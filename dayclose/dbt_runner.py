@@ -7,6 +7,7 @@ arguments, built here.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -189,6 +190,8 @@ def _parse_quietly(parse: _Parse, target: Target, args: list[str]) -> None:
         return
     if result.success:
         parse.manifest = result.result
+        with contextlib.suppress(Exception):  # a state not kept costs the next run time, never a result
+            dbt_cache.prime_manifest(target.dbt_target_dir / "partial_parse.msgpack")
 
 
 def _default_invoker(args: list[str], manifest: Any = None) -> Any:

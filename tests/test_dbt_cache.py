@@ -191,6 +191,62 @@ def test_the_project_read_from_its_partial_parse_state_comes_from_the_file_in_th
     assert dbt_cache.manifest_key(partial_parse_state, decoder, ("dbt_core-0.0.1.dist-info",)) != key
 
 
+def test_a_state_dbt_just_wrote_is_kept_for_the_next_process(
+    cache_folder: Path, partial_parse_state: bytes, tmp_path: Path
+) -> None:
+    from dbt.contracts.graph.manifest import Manifest
+    from dbt.parser.manifest import extended_mashumuro_decoder
+
+    state = tmp_path / "partial_parse.msgpack"
+    state.write_bytes(partial_parse_state)
+    assert dbt_cache.prime_manifest(state) is True
+    key = dbt_cache.manifest_key(
+        partial_parse_state, extended_mashumuro_decoder, dbt_cache.package_versions()
+    )
+    kept = cache_folder / "manifests" / f"{key}.pickle"  # the name dbt's own read looks up
+    assert kept.exists()
+    assert dbt_cache.prime_manifest(state) is False  # kept already: not decoded again
+    assert dbt_cache.prime_manifest(tmp_path / "missing.msgpack") is False
+
+    _new_process()
+    os.utime(kept, (1_000_000_000, 1_000_000_000))
+    read = Manifest.from_msgpack(partial_parse_state, decoder=extended_mashumuro_decoder)
+    assert kept.stat().st_mtime > time.time() - 600  # read from the file
+    assert (
+        read.to_dict()
+        == Manifest.from_msgpack(partial_parse_state, decoder=extended_mashumuro_decoder).to_dict()
+    )
+
+
+def test_the_parse_ahead_of_a_run_keeps_the_state_it_wrote(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """dbt_runner's parse thread primes the state after a parse that succeeded, not after one that failed."""
+    import dbt.cli.main
+
+    from dayclose import dbt_runner
+    from dayclose.settings import resolve_target
+
+    primed: list[Path] = []
+    monkeypatch.setattr(dbt_cache, "prime_manifest", primed.append)
+    monkeypatch.setenv("DAYCLOSE_STATE_DIR", str(tmp_path))
+    monkeypatch.setenv("DAYCLOSE_DUCKDB", str(tmp_path / "w.duckdb"))
+    target = resolve_target("duckdb")
+    for success in (False, True):
+
+        class Runner:  # dbt's runner, its parse's outcome given
+            outcome = type("Result", (), {"success": success, "result": "the manifest"})()
+
+            def invoke(self, args: list[str]) -> object:
+                return self.outcome
+
+        monkeypatch.setattr(dbt.cli.main, "dbtRunner", Runner)
+        parse = dbt_runner._Parse(("key",))
+        dbt_runner._parse_quietly(parse, target, ["parse"])
+        assert parse.manifest == ("the manifest" if success else None)
+    assert primed == [target.dbt_target_dir / "partial_parse.msgpack"]
+
+
 def _probe(script: str, env: dict[str, str], *args: str) -> dict:
     """What `script` prints as JSON, run in a new interpreter with `env` added."""
     done = subprocess.run(
