@@ -101,6 +101,7 @@ class _Cache:
 _lock = threading.RLock()
 _cache: _Cache | None = None  # None: off, or not read yet
 _patched: bool | None = None  # None: not tried yet
+_manifests_read: set[str] = set()  # the partial-parse states this process decoded or loaded, by key
 
 
 def cache_dir() -> Path | None:
@@ -461,7 +462,8 @@ def prime_manifest(state: Path) -> bool:
     next run will find it, where it is not kept yet: decoded as dbt decodes it when it reads
     it, through the cached from_msgpack. A parse that wrote the state (a first build, a changed
     project) does not read it back; without this the next run decoded it itself (0.26 s of a
-    night's partial parse). True when it was decoded and kept here."""
+    night's partial parse). Not one this process read already (where it cannot be kept, a night
+    would decode it twice). True when it was decoded here and is kept."""
     cache, folder = _cache, cache_dir()
     if cache is None or folder is None:
         return False
@@ -474,12 +476,12 @@ def prime_manifest(state: Path) -> bool:
         data = state.read_bytes()
     except OSError:
         return False
-    if (
-        folder / "manifests" / f"{manifest_key(data, extended_mashumuro_decoder, cache.versions)}.pickle"
-    ).exists():
-        return False
+    key = manifest_key(data, extended_mashumuro_decoder, cache.versions)
+    kept = folder / "manifests" / f"{key}.pickle"
+    if key in _manifests_read or kept.exists():
+        return False  # read by this process (kept if it could be: not decoded twice), or kept
     Manifest.from_msgpack(data, decoder=extended_mashumuro_decoder)
-    return True
+    return kept.exists()
 
 
 def _install_manifest() -> bool:
@@ -509,6 +511,7 @@ def _install_manifest() -> bool:
         ):
             return _decode(cls, data, decoder, **kwargs)
         key = manifest_key(data, decoder, cache.versions)
+        _manifests_read.add(key)
         path = folder / "manifests" / f"{key}.pickle"
         try:
             stored = pickle.loads(path.read_bytes())

@@ -17,10 +17,10 @@ is where dbt-common is not what it expects:
    anything else (a value ParseDict would convert or refuse, options) goes to ParseDict
    itself, so the message is the same, or the same error is raised. Each log line is then
    scrubbed of the values of the DBT_ENV_SECRET_ variables, which dbt finds by reading the
-   whole environment again, line by line: the scrubber takes them from dbt's invocation
-   context, which dbt reads once from the environment at the start of each invocation (as it
-   reads everything else of the environment it uses), and from the environment where a
-   thread has no context.
+   whole environment again, line by line: the scrubber takes them from the environment in
+   dbt's invocation context, which dbt reads once at the start of each invocation (as it
+   reads everything else of the environment it uses), found again whenever the context holds
+   another one, and from the process's environment where a thread has no context.
 2. The source of a behaviour flag (a log field), which dbt-common finds through
    `inspect.stack()` for each flag of each adapter it builds: that reads the source lines of
    every frame of the stack (0.13 s of each process's first parse here). `behavior_flag_source`
@@ -45,19 +45,26 @@ from typing import Any
 _lock = threading.Lock()
 _installed: dict[str, bool] | None = None
 _originals: dict[str, Any] = {}  # what each replaced, by name (for the tests)
+_secrets: tuple[Any, list[str]] | None = None  # (the environment dbt read, its secrets): env_scrubber
 
 
 def parse_dict(js_dict: Any, message: Any, **options: Any) -> Any:
     """protobuf's json_format.ParseDict(js_dict, message, **options), sooner."""
     from google.protobuf import json_format
 
-    if not options and type(js_dict) is dict:
+    descriptor = message.DESCRIPTOR
+    if (
+        not options
+        and type(js_dict) is dict
+        and not descriptor.full_name.startswith("google.protobuf.")  # ParseDict reads these its own way
+        and not message.ListFields()  # dbt passes an empty message; ParseDict clears some fields of others
+    ):
         try:
-            built = type(message)(**_constructor_values(message.DESCRIPTOR, js_dict))
+            built = type(message)(**_constructor_values(descriptor, js_dict))
         except (_Unsure, TypeError, ValueError, AttributeError):
             pass  # ParseDict decides: the same message, or its own error
         else:
-            message.MergeFrom(built)
+            message.CopyFrom(built)  # not MergeFrom: it round-trips through bytes, depth-limited
             return message
     return json_format.ParseDict(js_dict, message, **options)
 
@@ -225,15 +232,23 @@ _SCALARS: dict[int, Convert] = {
 
 
 def env_scrubber(msg: str) -> str:
-    """dbt's log-line scrubber, the secrets from the invocation context (see the module's text)."""
+    """dbt's log-line scrubber, the secrets from the environment dbt read for the invocation
+    (see the module's text): found again whenever the invocation context holds another
+    environment, and from the process's environment where a thread has no context."""
+    from dbt_common.constants import SECRET_ENV_PREFIX
     from dbt_common.context import get_invocation_context
     from dbt_common.exceptions import env_secrets, scrub_secrets
 
+    global _secrets
     try:
-        secrets = get_invocation_context().env_secrets
+        env = get_invocation_context().env
     except LookupError:  # no dbt invocation in this thread's context
-        secrets = env_secrets()
-    return scrub_secrets(msg, secrets)
+        return scrub_secrets(msg, env_secrets())
+    known = _secrets
+    if known is None or known[0] is not env:
+        found = [v for k, v in env.items() if k.startswith(SECRET_ENV_PREFIX) and v.strip()]
+        _secrets = known = (env, found)
+    return scrub_secrets(msg, known[1])
 
 
 def behavior_flag_source() -> str:
@@ -274,19 +289,25 @@ def _reused_type_testers(build: Callable[..., Any]) -> Callable[..., Any]:
         except TypeError:  # not hashable: built as dbt builds it
             return build(text_columns, string_null_values)
 
+    build_type_tester._dayclose_reused = True  # type: ignore[attr-defined]
     return build_type_tester
 
 
 def _install_events() -> bool:
     from dbt.events import logging as core_logging
-    from dbt_common.context import get_invocation_context
+    from dbt_common.constants import SECRET_ENV_PREFIX
+    from dbt_common.context import InvocationContext, get_invocation_context
     from dbt_common.events import base_types, functions
+    from dbt_common.exceptions import env_secrets, scrub_secrets
     from google.protobuf import json_format
 
     if not (
         base_types.ParseDict is json_format.ParseDict
         and functions.env_scrubber is core_logging.env_scrubber
         and callable(get_invocation_context)
+        and isinstance(vars(InvocationContext).get("env"), property)
+        and all(callable(f) for f in (env_secrets, scrub_secrets))
+        and isinstance(SECRET_ENV_PREFIX, str)
     ):
         return False
     _originals["events"] = (base_types.ParseDict, functions.env_scrubber)
@@ -298,7 +319,8 @@ def _install_events() -> bool:
 def _install_behavior_flags() -> bool:
     from dbt_common.behavior_flags import BehaviorFlagRendered
 
-    if not isinstance(vars(BehaviorFlagRendered).get("_default_source"), staticmethod):
+    current = vars(BehaviorFlagRendered).get("_default_source")
+    if not isinstance(current, staticmethod) or current.__func__ is behavior_flag_source:
         return False
     _originals["behavior_flags"] = vars(BehaviorFlagRendered)["_default_source"].__func__
     BehaviorFlagRendered._default_source = staticmethod(behavior_flag_source)
@@ -309,7 +331,7 @@ def _install_type_testers() -> bool:
     from dbt_common.clients import agate_helper
 
     build = agate_helper.build_type_tester
-    if getattr(build, "__module__", None) != agate_helper.__name__:
+    if getattr(build, "__module__", None) != agate_helper.__name__ or hasattr(build, "_dayclose_reused"):
         return False
     _originals["type_testers"] = build
     agate_helper.build_type_tester = _reused_type_testers(build)

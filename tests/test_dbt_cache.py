@@ -192,7 +192,7 @@ def test_the_project_read_from_its_partial_parse_state_comes_from_the_file_in_th
 
 
 def test_a_state_dbt_just_wrote_is_kept_for_the_next_process(
-    cache_folder: Path, partial_parse_state: bytes, tmp_path: Path
+    cache_folder: Path, partial_parse_state: bytes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from dbt.contracts.graph.manifest import Manifest
     from dbt.parser.manifest import extended_mashumuro_decoder
@@ -207,6 +207,13 @@ def test_a_state_dbt_just_wrote_is_kept_for_the_next_process(
     assert kept.exists()
     assert dbt_cache.prime_manifest(state) is False  # kept already: not decoded again
     assert dbt_cache.prime_manifest(tmp_path / "missing.msgpack") is False
+    kept.unlink()  # could not be kept (say, a full disk): this process read it, not decoded twice
+    decoded: list[bytes] = []
+    with monkeypatch.context() as patched:
+        patched.setattr(Manifest, "from_msgpack", lambda *a, **k: decoded.append(a))
+        assert dbt_cache.prime_manifest(state) is False and not decoded
+    monkeypatch.setattr(dbt_cache, "_manifests_read", set())
+    assert dbt_cache.prime_manifest(state) is True and kept.exists()  # a new process keeps it
 
     _new_process()
     os.utime(kept, (1_000_000_000, 1_000_000_000))

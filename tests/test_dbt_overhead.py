@@ -3,9 +3,11 @@ the same scrubbed lines as dbt-common builds and writes without it."""
 
 from __future__ import annotations
 
+import contextvars
 import datetime as dt
 import itertools
 import os
+import threading
 from functools import partial
 
 import pytest
@@ -219,6 +221,15 @@ def test_install_replaces_the_three_and_only_once():
     assert core_logging.env_scrubber is dbt_overhead.env_scrubber
     assert BehaviorFlagRendered._default_source is dbt_overhead.behavior_flag_source
     assert dbt_overhead._originals["type_testers"] is not tester
+    originals = dict(dbt_overhead._originals)
+    dbt_overhead._installed = None  # as if another copy of the module installed them first
+    try:
+        assert dbt_overhead.install() == {"events": False, "behavior_flags": False, "type_testers": False}
+    finally:
+        dbt_overhead._installed = installed
+    assert agate_helper.build_type_tester is tester  # nothing wrapped twice
+    assert dbt_overhead._originals == originals
+    assert originals["behavior_flags"] is not dbt_overhead.behavior_flag_source
 
 
 def _sources_from(code: str, module_name: str) -> tuple[str, str]:
@@ -281,20 +292,28 @@ def test_type_testers_are_built_once_per_set_of_text_columns_and_read_as_dbts():
 
 
 def test_the_scrubber_hides_the_invocations_secrets_and_the_environments_without_one(monkeypatch):
-    from dbt_common.context import set_invocation_context
-
     monkeypatch.setenv("DBT_ENV_SECRET_DAYCLOSE_TEST", "hunter2")
+    # in a context of its own: the invocation contexts set here do not outlive the test
+    contextvars.copy_context().run(_scrubbed_lines)
+
+
+def _scrubbed_lines() -> None:
+    from dbt_common.context import get_invocation_context, set_invocation_context
+
     line = "password hunter2 and text"
     set_invocation_context(dict(os.environ))
     assert dbt_overhead.env_scrubber(line) == "password ***** and text"
     set_invocation_context({"DBT_ENV_SECRET_OTHER": "text"})  # what dbt read at the invocation's start
     assert dbt_overhead.env_scrubber(line) == "password hunter2 and *****"
+    # dbt's preflight sets an empty context, then puts the environment it read in it: a line
+    # scrubbed in between does not leave the invocation without its secrets
+    set_invocation_context({})
+    assert dbt_overhead.env_scrubber(line) == line
+    get_invocation_context()._env = {"DBT_ENV_SECRET_DAYCLOSE_TEST": "hunter2"}
+    assert dbt_overhead.env_scrubber(line) == "password ***** and text"
 
     def no_context():  # a thread dbt gave no invocation context: the environment, as dbt reads it
         results.append(dbt_overhead.env_scrubber(line))
-
-    import contextvars
-    import threading
 
     results: list[str] = []
     thread = threading.Thread(target=contextvars.Context().run, args=(no_context,))
@@ -303,14 +322,49 @@ def test_the_scrubber_hides_the_invocations_secrets_and_the_environments_without
     assert results == ["password ***** and text"]
 
 
-def test_a_message_passed_with_options_or_not_empty_is_parse_dicts_own():
+def test_a_message_not_empty_with_options_or_of_protobufs_own_types_is_parse_dicts_own():
+    """dbt passes ParseDict an empty message of its own types, without options; anything else
+    goes to ParseDict, which clears a repeated field or a map before filling it, where merging
+    would append."""
+    from dbt.events import core_types_pb2
     from dbt_common.events import types_pb2
+    from google.protobuf import struct_pb2, timestamp_pb2
 
     message = types_pb2.Note(msg="before")
-    assert dbt_overhead.parse_dict({}, message).msg == "before"  # merged into, as ParseDict does
+    assert dbt_overhead.parse_dict({}, message) is message and message.msg == "before"
     for values, options in itertools.product(
         [{"msg": "a"}, {"msg": "a", "unknown": 1}], [{}, {"ignore_unknown_fields": True}]
     ):
         ours = _outcome(partial(dbt_overhead.parse_dict, **options), values, types_pb2.Note)
         theirs = _outcome(partial(json_format.ParseDict, **options), values, types_pb2.Note)
         assert ours == theirs
+
+    def filled() -> object:
+        run = core_types_pb2.RunResultMsg(status="x")
+        run.timing_info.add(name="compile")
+        run.adapter_response.update({"rows": 1})
+        return run
+
+    values = {"timing_info": [{"name": "execute"}], "adapter_response": {"code": "OK"}}
+    assert bytes(dbt_overhead.parse_dict(values, filled()).SerializeToString(deterministic=True)) == bytes(
+        json_format.ParseDict(values, filled()).SerializeToString(deterministic=True)
+    )
+    for cls, given in ((timestamp_pb2.Timestamp, {"seconds": 1}), (struct_pb2.Struct, {"a": 1})):
+        assert _outcome(dbt_overhead.parse_dict, given, cls) == _outcome(json_format.ParseDict, given, cls)
+
+
+def test_a_message_is_filled_in_place_and_deep_json_values_are_kept():
+    """parse_dict fills the message it is given (dbt keeps that one), also with JSON values
+    nested far deeper than protobuf reads back from bytes."""
+    from dbt.events import core_types_pb2
+
+    for depth in (1, 34, 200):
+        meta: dict = {"leaf": 1}
+        for level in range(depth):
+            meta = {"a": meta, "b": None} if level % 2 else {"a": [meta, "x"]}
+        values = {"node_info": {"unique_id": "model.x.y", "meta": meta}}
+        message = core_types_pb2.NodeStart()
+        assert dbt_overhead.parse_dict(values, message) is message
+        assert message.node_info.unique_id == "model.x.y"
+        theirs = json_format.ParseDict(values, core_types_pb2.NodeStart())
+        assert message == theirs, depth
