@@ -118,6 +118,7 @@ class _Parse:
     key: tuple[str, ...]
     manifest: Any = None
     thread: threading.Thread = field(init=False)
+    waited: threading.Event = field(default_factory=threading.Event)  # the run waits for it
 
 
 _parse: _Parse | None = None
@@ -170,6 +171,7 @@ def finish_preparing() -> _Parse | None:
     global _parse
     parse, _parse = _parse, None
     if parse is not None:
+        parse.waited.set()
         parse.thread.join()
     return parse
 
@@ -190,8 +192,9 @@ def _parse_quietly(parse: _Parse, target: Target, args: list[str]) -> None:
         return
     if result.success:
         parse.manifest = result.result
-        with contextlib.suppress(Exception):  # a state not kept costs the next run time, never a result
-            dbt_cache.prime_manifest(target.dbt_target_dir / "partial_parse.msgpack")
+        if not parse.waited.is_set():  # only with time to spare: the run is still loading
+            with contextlib.suppress(Exception):  # a state not kept costs the next run time, never a result
+                dbt_cache.prime_manifest(target.dbt_target_dir / "partial_parse.msgpack")
 
 
 def _default_invoker(args: list[str], manifest: Any = None) -> Any:

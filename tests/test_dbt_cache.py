@@ -228,7 +228,8 @@ def test_a_state_dbt_just_wrote_is_kept_for_the_next_process(
 def test_the_parse_ahead_of_a_run_keeps_the_state_it_wrote(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """dbt_runner's parse thread primes the state after a parse that succeeded, not after one that failed."""
+    """dbt_runner's parse thread primes the state after a parse that succeeded, while the run
+    is not waiting for it yet; not after one that failed, nor while the run waits."""
     import dbt.cli.main
 
     from dayclose import dbt_runner
@@ -252,6 +253,10 @@ def test_the_parse_ahead_of_a_run_keeps_the_state_it_wrote(
         dbt_runner._parse_quietly(parse, target, ["parse"])
         assert parse.manifest == ("the manifest" if success else None)
     assert primed == [target.dbt_target_dir / "partial_parse.msgpack"]
+    waited_for = dbt_runner._Parse(("key",))
+    waited_for.waited.set()  # the run finished loading first: its dbt step is waiting
+    dbt_runner._parse_quietly(waited_for, target, ["parse"])
+    assert waited_for.manifest == "the manifest" and len(primed) == 1
 
 
 def _probe(script: str, env: dict[str, str], *args: str) -> dict:
