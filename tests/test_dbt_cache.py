@@ -229,7 +229,8 @@ def test_the_parse_ahead_of_a_run_keeps_the_state_it_wrote(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """dbt_runner's parse thread primes the state after a parse that succeeded, while the run
-    is not waiting for it yet; not after one that failed, nor while the run waits."""
+    is not waiting for it yet; not after one that failed; and, when the run waits for it, the
+    run's dbt step primes it beside dbt's build (with dbt's own runner, not another)."""
     import dbt.cli.main
 
     from dayclose import dbt_runner
@@ -253,10 +254,19 @@ def test_the_parse_ahead_of_a_run_keeps_the_state_it_wrote(
         dbt_runner._parse_quietly(parse, target, ["parse"])
         assert parse.manifest == ("the manifest" if success else None)
     assert primed == [target.dbt_target_dir / "partial_parse.msgpack"]
-    waited_for = dbt_runner._Parse(("key",))
-    waited_for.waited.set()  # the run finished loading first: its dbt step is waiting
-    dbt_runner._parse_quietly(waited_for, target, ["parse"])
-    assert waited_for.manifest == "the manifest" and len(primed) == 1
+    state = target.dbt_target_dir / "partial_parse.msgpack"
+    for invoker in (lambda args: Runner.outcome, None):  # a runner of its own, then dbt's
+        waited_for = dbt_runner._Parse(("key",))
+        waited_for.waited.set()  # the run finished loading first: its dbt step is waiting
+        dbt_runner._parse_quietly(waited_for, target, ["parse"])
+        assert waited_for.manifest == "the manifest" and waited_for.to_keep == state
+        assert len(primed) == 1  # not in the parse thread: the run waits for it
+        monkeypatch.setattr(dbt_runner, "_parse", waited_for)
+        waited_for.thread = threading.Thread(target=lambda: None)
+        waited_for.thread.start()
+        monkeypatch.setattr(dbt_runner, "_default_invoker", lambda args, manifest: Runner.outcome)
+        dbt_runner.invoke(target, ["build"], invoker)
+    assert primed == [state, state]  # beside dbt's own runner's build only
 
 
 def _probe(script: str, env: dict[str, str], *args: str) -> dict:
