@@ -15,13 +15,13 @@ is where dbt-common is not what it expects:
    the dict where every value is a plain JSON value of its field's own type, with each time
    stamp (text in JSON, a message for the constructor) converted as ParseDict converts it (20
    us for that event); anything else (a value ParseDict would convert or refuse, a message not
-   empty or of protobuf's own types, options) goes
-   to ParseDict itself, so the message is the same, or the same error is raised. Each log line
-   is then scrubbed of the values of the DBT_ENV_SECRET_ variables, which dbt finds by reading
-   the whole environment again, line by line: the scrubber takes them from the environment in
-   dbt's invocation context, which dbt reads once at the start of each invocation (as it reads
-   everything else of the environment it uses), found again whenever the context holds another
-   one, and from the process's environment where a thread has no context.
+   empty or of protobuf's own types, options) goes to ParseDict itself, so the message is the
+   same, or the same error is raised. Each log line is then scrubbed of the values of the
+   DBT_ENV_SECRET_ variables, which dbt finds by reading the whole environment again, line by
+   line: the scrubber takes them from the environment in dbt's invocation context, which dbt
+   reads once at the start of each invocation (as it reads everything else of the environment
+   it uses), found again whenever the context holds another one, and from the process's
+   environment where a thread has no context.
 2. The source of a behaviour flag (a log field), which dbt-common finds through
    `inspect.stack()` for each flag of each adapter it builds: that reads the source lines of
    every frame of the stack (0.13 s of each process's first parse here). `behavior_flag_source`
