@@ -297,10 +297,13 @@ def invoke(
     dbt_cache.enable()
     dbt_overhead.install()
     keeper = None
-    if parse is not None and parse.to_keep is not None and invoker is None:
-        # beside dbt's build, mostly SQL that leaves Python free; not beside a runner that
-        # parses by itself (it reads the state)
-        keeper = threading.Thread(target=_keep_state, args=(parse.to_keep,), name="dayclose-keep-state")
+    if parse is not None and parse.to_keep is not None and invoker is None and manifest is not None:
+        # beside dbt's build (in a first build mostly SQL, which leaves Python free), when dbt
+        # builds on the parsed project: not beside a runner or a build that parses by itself
+        # (it reads the state, and may write it)
+        keeper = threading.Thread(
+            target=_keep_state, args=(parse.to_keep,), name="dayclose-keep-state", daemon=True
+        )
         keeper.start()
     try:
         with _dbt_call(target, {**dbt_env(target), **run_env(run_vars)}):

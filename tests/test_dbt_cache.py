@@ -255,18 +255,52 @@ def test_the_parse_ahead_of_a_run_keeps_the_state_it_wrote(
         assert parse.manifest == ("the manifest" if success else None)
     assert primed == [target.dbt_target_dir / "partial_parse.msgpack"]
     state = target.dbt_target_dir / "partial_parse.msgpack"
-    for invoker in (lambda args: Runner.outcome, None):  # a runner of its own, then dbt's
-        waited_for = dbt_runner._Parse(("key",))
-        waited_for.waited.set()  # the run finished loading first: its dbt step is waiting
-        dbt_runner._parse_quietly(waited_for, target, ["parse"])
-        assert waited_for.manifest == "the manifest" and waited_for.to_keep == state
-        assert len(primed) == 1  # not in the parse thread: the run waits for it
-        monkeypatch.setattr(dbt_runner, "_parse", waited_for)
-        waited_for.thread = threading.Thread(target=lambda: None)
-        waited_for.thread.start()
-        monkeypatch.setattr(dbt_runner, "_default_invoker", lambda args, manifest: Runner.outcome)
-        dbt_runner.invoke(target, ["build"], invoker)
-    assert primed == [state, state]  # beside dbt's own runner's build only
+    args = dbt_runner.dbt_args(target, ["build"])
+    priming, building = threading.Event(), threading.Event()
+
+    def prime_beside_the_build(path: Path) -> None:  # both must run at once, or neither goes on
+        priming.set()
+        assert building.wait(10), "not primed while dbt builds"
+        primed.append(path)
+
+    def build(args: list[str], manifest: object) -> object:
+        building.set()
+        assert priming.wait(10), "dbt built before the state was primed"
+        return Runner.outcome
+
+    monkeypatch.setattr(dbt_runner, "_write_artifacts", lambda *a: None)
+    for invoker in (lambda args: Runner.outcome, None, "raises"):  # a runner of its own, then dbt's
+        priming.clear()
+        building.clear()
+        parse = dbt_runner._Parse(dbt_runner._parse_key(target, args))
+
+        class Blocking(Runner):  # the parse ends once the run waits for it (it finished loading)
+            waited = parse.waited
+
+            def invoke(self, args: list[str]) -> object:
+                assert self.waited.wait(10)
+                return self.outcome
+
+        monkeypatch.setattr(dbt.cli.main, "dbtRunner", Blocking)
+        monkeypatch.setattr(dbt_cache, "prime_manifest", prime_beside_the_build)
+        parse.thread = threading.Thread(target=dbt_runner._parse_quietly, args=(parse, target, ["parse"]))
+        parse.thread.start()
+        monkeypatch.setattr(dbt_runner, "_parse", parse)
+        if invoker == "raises":
+
+            def failing(args: list[str], manifest: object) -> object:
+                build(args, manifest)
+                raise RuntimeError("the build failed")
+
+            monkeypatch.setattr(dbt_runner, "_default_invoker", failing)
+            with pytest.raises(RuntimeError, match="the build failed"):
+                dbt_runner.invoke(target, args)
+        else:
+            monkeypatch.setattr(dbt_runner, "_default_invoker", build)
+            dbt_runner.invoke(target, args, invoker)  # finish_preparing: the run waits
+        assert parse.to_keep == state and parse.manifest == "the manifest"
+    # not in the parse thread (the run waited); beside dbt's own build only, done when invoke ends
+    assert primed == [state, state, state]
 
 
 def _probe(script: str, env: dict[str, str], *args: str) -> dict:
