@@ -210,25 +210,14 @@ def _floating(largest: float, value: Any) -> Any:
 
 
 # FieldDescriptor.TYPE_*: the scalars both take alike: an int for an integer, a finite float in
-# range or a small int for a floating-point number, a bool for a bool, a str for a string
-_INTEGERS = (
-    3,
-    4,
-    5,
-    6,
-    7,
-    13,
-    15,
-    16,
-    17,
-    18,
-)  # int64, uint64, int32, fixed64, fixed32, uint32, sfixed, sint
+# range or a small int for a floating-point number, a bool for a bool, a str for a string.
+# Integers: int64, uint64, int32, fixed64, fixed32, uint32, sfixed32, sfixed64, sint32, sint64.
+_INTEGERS = (3, 4, 5, 6, 7, 13, 15, 16, 17, 18)
+_FLOAT_MAX = float.fromhex("0x1.fffffep+127")  # protobuf's bound for a 32-bit float (type_checkers)
 _SCALARS: dict[int, Convert] = {
     **dict.fromkeys(_INTEGERS, functools.partial(_typed, int)),
     1: functools.partial(_floating, math.inf),  # double
-    2: functools.partial(
-        _floating, float.fromhex("0x1.fffffep+127")
-    ),  # float: protobuf's bound (type_checkers)
+    2: functools.partial(_floating, _FLOAT_MAX),  # float
     8: functools.partial(_typed, bool),
     9: functools.partial(_typed, str),
 }
@@ -325,7 +314,7 @@ def _install_behavior_flags() -> bool:
     current = vars(BehaviorFlagRendered).get("_default_source")
     if not isinstance(current, staticmethod) or current.__func__ is behavior_flag_source:
         return False
-    _originals["behavior_flags"] = vars(BehaviorFlagRendered)["_default_source"].__func__
+    _originals["behavior_flags"] = current.__func__
     BehaviorFlagRendered._default_source = staticmethod(behavior_flag_source)
     return True
 

@@ -210,7 +210,7 @@ def _load_build_publish(run: _Run) -> None:
     if summary.kind == "run":
         with Warehouse(target) as wh:
             published_runs = _published_runs(wh, target, run.source)
-        summary.window = _first_build_window(target, run.source, summary, published_runs)
+            summary.window = _first_build_window(wh, target, run.source, summary, published_runs)
         _with_days_not_final(summary, published_runs)
     last_day = summary.window[1] - timedelta(days=1)
     progress(f"build {summary.job}: days {summary.window[0]} .. {last_day}, then the gates")
@@ -375,7 +375,11 @@ def _published_runs(wh: Warehouse, target: Target, src: Source) -> list[tuple[da
 
 
 def _first_build_window(
-    target: Target, src: Source, summary: RunSummary, published_runs: list[tuple[date, date, datetime]]
+    wh: Warehouse,
+    target: Target,
+    src: Source,
+    summary: RunSummary,
+    published_runs: list[tuple[date, date, datetime]],
 ) -> tuple[date, date]:
     """A first build covers every day loaded so far, not only the window.
 
@@ -390,19 +394,18 @@ def _first_build_window(
     """
     window = summary.window
     event_at = project_vars()["landing_sources"][src.name]["event_at"]
-    with Warehouse(target) as wh:
-        if published_runs and wh.relation_exists(target.schema, src.mart):
-            return window
-        raw = f"{target.landing_schema}.{src.table}"
-        day = event_day_sql(wh, event_at)
-        first = wh.scalar(
-            f"select min(event_day) from (select {day} as event_day from {raw}) as days "
-            "where event_day >= %s and event_day < %s",
-            (
-                str(_first_arrival_day(wh, raw) - timedelta(days=FIRST_BUILD_LOOKBACK_DAYS)),
-                str(window[1]),
-            ),
-        )
+    if published_runs and wh.relation_exists(target.schema, src.mart):
+        return window
+    raw = f"{target.landing_schema}.{src.table}"
+    day = event_day_sql(wh, event_at)
+    first = wh.scalar(
+        f"select min(event_day) from (select {day} as event_day from {raw}) as days "
+        "where event_day >= %s and event_day < %s",
+        (
+            str(_first_arrival_day(wh, raw) - timedelta(days=FIRST_BUILD_LOOKBACK_DAYS)),
+            str(window[1]),
+        ),
+    )
     if first is not None and date.fromisoformat(first) < window[0]:
         return date.fromisoformat(first), window[1]
     return window
