@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from dayclose.loader import check as check_module
 from dayclose.loader import ensure_landing, load_source, prepass
 from dayclose.loader import load as load_module
 from dayclose.settings import Target
 from dayclose.sources import SALES
 from dayclose.warehouse import Warehouse
-from tests.helpers import sale, ts, write_batch
+from tests.helpers import sale, ts, write_batch, write_raw_batch
 
 HOURS = [f"2026-11-23T{h:02d}" for h in range(1, 8)]
 
@@ -135,6 +136,74 @@ def test_groups_are_written_two_at_a_time_each_numbering_its_own_lines(
     expected |= {(hours[4], i) for i in range(1, 7)} | {(hours[7], 1), (hours[7], 2)}
     assert sorted((b, n) for b, n, _ in rows) == sorted(expected)
     assert all(json.loads(line)["event_id"] == f"{b}/{n}" for b, n, line in rows)
+
+
+def test_many_batches_are_checked_by_a_child_process_and_load_as_those_checked_here(
+    engine: Target, landing: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From CHECK_PROCESS_FROM batches a child process checks them (a thread waits for Python's
+    lock while dbt parses beside the load): the same lines, numbers and kept bytes of the lines
+    the engine cannot read, the same refusal and ledger, as when they are checked here."""
+    hours = [f"2026-11-2{1 + k // 24}T{k % 24:02d}" for k in range(2 * check_module.CHUNK + 5)]
+    for k, hour in enumerate(hours):
+        times = f"{hour}:00:00Z", f"{hour}:01:00Z"
+        lines = [sale(f"{hour}/{i}", "S-001", *times) for i in range(1, 2 + k % 4)]
+        if k % 9 == 4:  # lines the engine's reader cannot take: sanitized, then put back
+            blob = "\n".join(lines).encode() + b"\n\xff\xfe not text\nnul \x00 inside\r\n{}\r\n"
+            write_raw_batch(landing, "sales", hour, {"part-0000.jsonl": blob})
+        else:
+            write_batch(landing, hour, lines)
+    broken = landing / "sales" / f"arrived={hours[20]}"
+    [data] = [f for f in broken.iterdir() if f.name != "_SUCCESS"]
+    with data.open("a") as fh:  # a line more than _SUCCESS says: refused at its check
+        fh.write("{}\n")
+    schema = engine.landing_schema
+
+    def load(process_from: int) -> tuple[list, list, list]:
+        monkeypatch.setattr(load_module, "CHECK_PROCESS_FROM", process_from)
+        with Warehouse(engine) as wh:
+            report = load_source(wh, SALES, landing, ts("2026-11-24T00:30"), progress=None)
+            rows = wh.query(
+                f"select batch_id, file_name, line_number, raw_line, raw_line_hex, byte_error "
+                f"from {schema}.sale_lines order by 1, 2, 3"
+            )
+            ledger = wh.query(
+                "select batch_id, status, manifest_sha256, files, rows_loaded, byte_errors, message "
+                f"from {schema}.load_ledger order by 1"
+            )
+            wh.execute(f"delete from {schema}.sale_lines")
+            wh.execute(f"delete from {schema}.load_ledger")
+        results = [(r.batch_id, r.status, r.rows, r.byte_errors, r.message) for r in report.results]
+        return results, rows, ledger
+
+    here = load(len(hours) + 1)
+
+    def not_here(batch, spool):
+        raise AssertionError(f"{batch.batch_id} checked in the loading process")
+
+    monkeypatch.setattr(load_module, "check_batch", not_here)
+    assert load(len(hours)) == here
+    results, rows, _ = here
+    assert [r[0] for r in results] == hours
+    assert [r[1] for r in results].count("refused") == 1 and results[20][1] == "refused"
+    assert "has 2 lines, _SUCCESS says 1" in results[20][4]  # 1 + 20 % 4 lines, and the one added
+    assert {r[0] for r in rows if r[4]} == {h for k, h in enumerate(hours) if k % 9 == 4}  # bytes kept
+    assert sum(r[3] for r in results) == 2 * len([k for k in range(len(hours)) if k % 9 == 4])
+
+
+def test_a_check_process_that_ends_without_answering_stops_the_load_before_anything_is_written(
+    engine: Target, landing: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for hour in HOURS:
+        write_batch(landing, hour, [sale(f"{hour}/1", "S-001", f"{hour}:00:00Z", f"{hour}:01:00Z")])
+    monkeypatch.setattr(load_module, "CHECK_PROCESS_FROM", 1)
+    monkeypatch.setattr(check_module, "SERVE", "import sys; sys.exit(3)")
+    with Warehouse(engine) as wh:
+        ended = "exit code 3.*before answering for 2026-11-23T01"
+        with pytest.raises(check_module.CheckProcessFailed, match=ended):
+            load_source(wh, SALES, landing, ts("2026-11-24T00:30"), progress=None)
+        assert wh.scalar(f"select count(*) from {engine.landing_schema}.load_ledger") == 0
+        assert wh.scalar(f"select count(*) from {engine.landing_schema}.sale_lines") == 0
 
 
 @pytest.mark.parametrize("configured", [None, "512MiB"])

@@ -40,7 +40,8 @@ from pathlib import Path
 from dayclose.console import progress as console_progress
 from dayclose.dates import utc_now
 from dayclose.errors import EXIT_CONFIG, DaycloseError
-from dayclose.loader.contract import Batch, ManifestMismatch, data_files, discover, marker_sha, read_manifest
+from dayclose.loader.check import CheckedBatch, check_batch, checked_in_a_process
+from dayclose.loader.contract import Batch, ManifestMismatch, discover, marker_sha
 from dayclose.loader.ingest import (
     WRITERS,
     BatchUnreadable,
@@ -49,7 +50,6 @@ from dayclose.loader.ingest import (
     ingest_files,
     put_back,
 )
-from dayclose.loader.prepass import FileScan, sanitize, scan
 from dayclose.sources import SOURCES, Source
 from dayclose.warehouse import Warehouse
 
@@ -57,6 +57,7 @@ RECHECK_DAYS = 35  # loaded batches younger than this are checked for a changed 
 GROUP_LINES = 500_000  # batches written in one transaction: up to this many lines ...
 GROUP_BATCHES = 256  # ... or this many batches
 LOOK_AHEAD = GROUP_BATCHES  # batches checked (in a thread) ahead of the ones being written, at most
+CHECK_PROCESS_FROM = 48  # batches to load from which a child process checks them (_checks)
 
 
 @dataclass
@@ -89,67 +90,6 @@ class LoadReport:
     @property
     def rows_loaded(self) -> int:
         return sum(r.rows for r in self.loaded)
-
-
-@dataclass
-class CheckedFile:
-    """A file of a batch, checked: what the engine reads, and the lines to put back after."""
-
-    name: str
-    scan: FileScan
-    read_path: Path  # the file itself, or its sanitized copy
-    replaced: list[tuple[int, bytes]] = field(default_factory=list)
-
-
-@dataclass
-class CheckedBatch:
-    """A batch checked against its manifest, ready to write, or the reason it is refused."""
-
-    batch: Batch
-    sha: str | None
-    files: list[CheckedFile] = field(default_factory=list)
-    problem: str | None = None
-
-    @property
-    def rows(self) -> int:
-        return sum(f.scan.lines for f in self.files)
-
-
-def check_batch(batch: Batch, spool: Path) -> CheckedBatch:
-    """Read every file of a complete batch once: manifest, line counts, sha256, cleanliness.
-
-    Pure file work, no warehouse: the loader runs it ahead, in a thread, while it writes
-    the batch before.
-    """
-    try:
-        manifest, sha = read_manifest(batch)
-    except (ManifestMismatch, OSError) as exc:
-        return CheckedBatch(batch, None, problem=str(exc))
-    try:
-        present = data_files(batch)
-        missing = sorted(set(manifest) - set(present))
-        extra = sorted(set(present) - set(manifest))
-        if missing:
-            raise ManifestMismatch(f"{', '.join(missing)} listed in _SUCCESS but not in the folder")
-        if extra:
-            raise ManifestMismatch(f"{', '.join(extra)} in the folder but not listed in _SUCCESS")
-        checked = CheckedBatch(batch, sha)
-        for name in present:
-            path = batch.path / name
-            found = scan(path)
-            expected = manifest[name]
-            if found.lines != expected["rows"]:
-                raise ManifestMismatch(f"{name} has {found.lines} lines, _SUCCESS says {expected['rows']}")
-            if found.sha256 != expected["sha256"]:
-                raise ManifestMismatch(f"{name} sha256 {found.sha256[:12]}... differs from _SUCCESS")
-            file = CheckedFile(name, found, path)
-            if not found.clean:
-                file.read_path = spool / f"{batch.source}-{batch.batch_id}-{name}"
-                file.replaced = sanitize(path, file.read_path, long_lines="long" in found.problems)
-            checked.files.append(file)
-    except (ManifestMismatch, OSError) as exc:
-        return CheckedBatch(batch, sha, problem=str(exc))
-    return checked
 
 
 def write_batch(
@@ -275,6 +215,17 @@ def _refuse(
     return BatchResult(batch.batch_id, "refused", message=message)
 
 
+def _checks(batches: list[Batch], spool: Path) -> Iterator[CheckedBatch]:
+    """check_batch of each batch, in order: by a child process from CHECK_PROCESS_FROM batches
+    (dayclose.loader.check: a thread checking them would wait for Python's lock while dbt
+    parses the project beside the load), else here."""
+    if len(batches) >= CHECK_PROCESS_FROM:
+        yield from checked_in_a_process(batches, spool)
+        return
+    for batch in batches:
+        yield check_batch(batch, spool)
+
+
 def _checked_in_order(
     todo: list[tuple[Batch, str | None]], spool: Path
 ) -> Iterator[tuple[CheckedBatch, str | None]]:
@@ -286,18 +237,21 @@ def _checked_in_order(
     cond = threading.Condition()
     state: dict = {"lines": 0, "done": False, "stop": False, "error": None}
 
+    def full() -> bool:
+        return len(ready) >= LOOK_AHEAD or state["lines"] >= GROUP_LINES
+
     def work() -> None:
         try:
-            for batch, previous in todo:
-                checked = check_batch(batch, spool)
-                with cond:
-                    while not state["stop"] and (len(ready) >= LOOK_AHEAD or state["lines"] >= GROUP_LINES):
-                        cond.wait()
-                    if state["stop"]:
-                        return
-                    ready.append((checked, previous))
-                    state["lines"] += checked.rows
-                    cond.notify_all()
+            with contextlib.closing(_checks([batch for batch, _ in todo], spool)) as checks:
+                for (_, previous), checked in zip(todo, checks, strict=True):
+                    with cond:
+                        while not state["stop"] and full():
+                            cond.wait()
+                        if state["stop"]:
+                            return
+                        ready.append((checked, previous))
+                        state["lines"] += checked.rows
+                        cond.notify_all()
         except BaseException as exc:  # handed to the writer, which raises it
             state["error"] = exc
         finally:
