@@ -267,20 +267,43 @@ candidates as (
 
 ),
 
+copied as (
+
+    -- the events with more than one candidate, the only ones ranked: most events have one
+    -- (a window over every candidate sorted them all)
+    select {{ keys | join(', ') }} from candidates
+    group by {{ keys | join(', ') }}
+    having count(*) > 1
+
+),
+
 ranked as (
 
     select
-        *,
-        row_number() over (
-            partition by {{ keys | join(', ') }} order by {{ dayclose.arrival_order() }}
-        ) as arrival_rank,
-        {%- if is_incremental() %}
-        max(replaces_registered) over (partition by {{ keys | join(', ') }}) as has_registered_row
-        {%- else %}
-        0 as has_registered_row
-        {%- endif %}
+        candidates.*,
+        1 as arrival_rank,
+        candidates.replaces_registered as has_registered_row
 
     from candidates
+    left join copied
+        on {{ dayclose.keys_equal(keys, 'candidates', 'copied') }}
+    where copied.{{ keys[0] }} is null
+
+    union all
+
+    select
+        candidates.*,
+        row_number() over (
+            partition by {% for k in keys %}candidates.{{ k }}{{ ', ' if not loop.last }}{% endfor %}
+            order by {{ dayclose.arrival_order() }}
+        ) as arrival_rank,
+        max(candidates.replaces_registered) over (
+            partition by {% for k in keys %}candidates.{{ k }}{{ ', ' if not loop.last }}{% endfor %}
+        ) as has_registered_row
+
+    from candidates
+    inner join copied
+        on {{ dayclose.keys_equal(keys, 'candidates', 'copied') }}
 
 ),
 
