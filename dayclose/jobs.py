@@ -398,9 +398,15 @@ def _first_build_window(
         return window
     raw = f"{target.landing_schema}.{src.table}"
     day = event_day_sql(wh, event_at)
+    # Each line's day computed once: the range in the aggregate's filter, as a where on the
+    # column is pushed down with the expression copied (DuckDB), and on Postgres `offset 0`,
+    # which keeps the subquery from being merged into the outer query, where the expression is
+    # copied into the filter and the aggregate. 3 M lines: DuckDB 0.65 s, now 0.33 s (offset 0
+    # there: 0.67 s, one core); Postgres 8.6-10.2 s, now 6.0-6.1 s (the filter alone 8.6-8.9 s).
+    fence = " offset 0" if wh.kind == "postgres" else ""
     first = wh.scalar(
-        f"select min(event_day) from (select {day} as event_day from {raw}) as days "
-        "where event_day >= %s and event_day < %s",
+        "select min(event_day) filter (where event_day >= %s and event_day < %s) "
+        f"from (select {day} as event_day from {raw}{fence}) as days",
         (
             str(_first_arrival_day(wh, raw) - timedelta(days=FIRST_BUILD_LOOKBACK_DAYS)),
             str(window[1]),
