@@ -91,7 +91,7 @@
 {#
     SQL: `line` is a plain line of `fields` (true or false; null for a null line): a flat JSON
     object of exactly the fields, in their configured order, each value written as its kind's
-    rule asks (contract_patterns), blanks where JSON allows them. Such a line needs none of the
+    rule asks (contract_patterns) and JSON allows, blanks where JSON allows them. Such a line needs none of the
     general checks (the object's shape, its keys, each token's expression) but the rules'
     lengths and ranges (token_is_valid with pattern_checked), and holds no backslash, so
     its tokens read as on any flat object. What a writer of the contract puts in a line;
@@ -114,9 +114,13 @@
 {% macro duckdb__plain_line_test(line, fields) -%}
     {%- set patterns = dayclose.contract_patterns() -%}
     {%- set ws = '[ \\t\\n\\r]*' -%}
+    {#- each kind's expression where it is also JSON; a decimal written as a number: without
+        the leading zeros its rule allows and JSON does not (a parser refuses 012.50) -#}
+    {%- set values = dict(patterns) -%}
+    {%- do values.update({'decimal': '"-?[0-9]{1,15}(?:\\.[0-9]{1,2})?"|-?(?:0|[1-9][0-9]{0,14})(?:\\.[0-9]{1,2})?'}) -%}
     {%- set members = [] -%}
     {%- for name, kind in fields.items() -%}
-        {%- do members.append('"' ~ name ~ '"' ~ ws ~ ':' ~ ws ~ '(?:' ~ patterns[kind] ~ ')') -%}
+        {%- do members.append('"' ~ name ~ '"' ~ ws ~ ':' ~ ws ~ '(?:' ~ values[kind] ~ ')') -%}
     {%- endfor -%}
     {{ return(dayclose.regexp_full(line, ws ~ '\\{' ~ ws ~ members | join(ws ~ ',' ~ ws) ~ ws ~ '\\}' ~ ws)) }}
 {%- endmacro %}

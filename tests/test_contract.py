@@ -60,6 +60,9 @@ SALES_CORPUS: list[tuple[str, bytes, str | None, str]] = [
     ("canonical", sale_line(event_id="ok-1"), None, ""),
     ("offset timestamp", sale_line(event_id="ok-2", sold_at="2026-11-23T11:00:00+01:00"), None, ""),
     ("amount as a JSON number", sale_line(event_id="ok-3").replace(b'"12.50"', b"12.5"), None, ""),
+    # a number JSON does not allow, in a line of the fields in their order (DuckDB's plain lines)
+    ("amount with a leading zero", sale_line().replace(b'"12.50"', b"012.50"), "not_json_object", ""),
+    ("amount -00", sale_line().replace(b'"12.50"', b"-00"), "not_json_object", ""),
     ("CRLF line end", sale_line(event_id="ok-4") + b"\r", None, ""),
     ("whitespace around", b" \t" + sale_line(event_id="ok-5") + b"  ", None, ""),
     ("a valid line of 3 MB", sale_line(event_id="ok-6").replace(b", ", b"," + b" " * 600_000), None, ""),
@@ -164,6 +167,8 @@ UNITS_CORPUS: list[tuple[str, bytes, str | None, str]] = [
     ("plc_seq over a bigint", unit_line(plc_seq=9223372036854775808), "bad_value", "plc_seq"),
     ("plc_seq of 20 digits", unit_line(plc_seq=10000000000000000000), "bad_value", "plc_seq"),
     ("plc_seq as a string", unit_line(plc_seq="15"), "bad_value", "plc_seq"),
+    ("plc_seq with a leading zero", unit_line(plc_seq=7).replace(b": 7,", b": 007,"), "not_json_object", ""),
+    ("sensor with a leading zero", unit_line().replace(b"330.5", b"0330.5"), "not_json_object", ""),
     ("plc_seq with decimals", unit_line(plc_seq=1.5), "bad_value", "plc_seq"),
     ("sensor as a string", unit_line(temperature_c="ERR"), "bad_value", "temperature_c: not a finite number"),
     ("sensor 1e400", unit_line().replace(b"330.5", b"1e400"), "bad_value", "fill_level_ml"),
