@@ -191,19 +191,73 @@ def test_many_batches_are_checked_by_a_child_process_and_load_as_those_checked_h
     assert sum(r[3] for r in results) == 2 * len([k for k in range(len(hours)) if k % 9 == 4])
 
 
-def test_a_check_process_that_ends_without_answering_stops_the_load_before_anything_is_written(
-    engine: Target, landing: Path, monkeypatch: pytest.MonkeyPatch
+ANSWER_ONCE_THEN_EXIT = """
+import pickle, sys
+from pathlib import Path
+from dayclose.loader.check import check_batch
+batches = pickle.load(sys.stdin.buffer)
+pickle.dump(("checked", [check_batch(b, Path(sys.argv[1])) for b in batches]), sys.stdout.buffer)
+sys.stdout.flush()
+sys.exit(5)
+"""
+FAIL_WHILE_CHECKING = """
+from dayclose.loader import check
+def on_fire(batch, spool):
+    raise ValueError(f"disk on fire at {batch.batch_id}")
+check.check_batch = on_fire
+check.serve()
+"""
+
+
+@pytest.mark.parametrize(
+    ("program", "message"),
+    [
+        ("import sys; sys.exit(3)", r"ended \(exit code 3\) before answering for 2026-11-23T01 and after"),
+        (ANSWER_ONCE_THEN_EXIT, r"ended \(exit code 5\) before answering for 2026-11-23T03 and after"),
+        (FAIL_WHILE_CHECKING, r"batches from 2026-11-23T01:\n(?s:.*)disk on fire at 2026-11-23T01"),
+    ],
+    ids=["ends at once", "ends after an answer", "fails while checking"],
+)
+def test_a_check_process_that_fails_or_ends_stops_the_load_before_anything_is_written(
+    engine: Target, landing: Path, monkeypatch: pytest.MonkeyPatch, program: str, message: str
+) -> None:
+    """The error names the batches left unanswered (and the child's own error); the batches
+    answered before are not written either: a load stopped by an error writes nothing more."""
+    for hour in HOURS:
+        write_batch(landing, hour, [sale(f"{hour}/1", "S-001", f"{hour}:00:00Z", f"{hour}:01:00Z")])
+    monkeypatch.setattr(load_module, "CHECK_PROCESS_FROM", 1)
+    monkeypatch.setattr(check_module, "CHUNK", 2)
+    monkeypatch.setattr(check_module, "SERVE", program)
+    with Warehouse(engine) as wh:
+        with pytest.raises(check_module.CheckProcessFailed, match=message):
+            load_source(wh, SALES, landing, ts("2026-11-24T00:30"), progress=None)
+        assert wh.scalar(f"select count(*) from {engine.landing_schema}.load_ledger") == 0
+        assert wh.scalar(f"select count(*) from {engine.landing_schema}.sale_lines") == 0
+
+
+PRINT_WHILE_CHECKING = """
+from dayclose.loader import check
+real = check.check_batch
+def noisy(batch, spool):
+    print("checking", batch.batch_id)
+    return real(batch, spool)
+check.check_batch = noisy
+check.serve()
+"""
+
+
+def test_what_the_check_process_prints_does_not_mix_with_its_answers(
+    engine: Target, landing: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
     for hour in HOURS:
         write_batch(landing, hour, [sale(f"{hour}/1", "S-001", f"{hour}:00:00Z", f"{hour}:01:00Z")])
     monkeypatch.setattr(load_module, "CHECK_PROCESS_FROM", 1)
-    monkeypatch.setattr(check_module, "SERVE", "import sys; sys.exit(3)")
+    monkeypatch.setattr(check_module, "CHUNK", 2)
+    monkeypatch.setattr(check_module, "SERVE", PRINT_WHILE_CHECKING)
     with Warehouse(engine) as wh:
-        ended = "exit code 3.*before answering for 2026-11-23T01"
-        with pytest.raises(check_module.CheckProcessFailed, match=ended):
-            load_source(wh, SALES, landing, ts("2026-11-24T00:30"), progress=None)
-        assert wh.scalar(f"select count(*) from {engine.landing_schema}.load_ledger") == 0
-        assert wh.scalar(f"select count(*) from {engine.landing_schema}.sale_lines") == 0
+        report = load_source(wh, SALES, landing, ts("2026-11-24T00:30"), progress=None)
+    assert [r.batch_id for r in report.loaded] == HOURS
+    assert capfd.readouterr().err.split("\n")[: len(HOURS)] == [f"checking {h}" for h in HOURS]
 
 
 @pytest.mark.parametrize("configured", [None, "512MiB"])

@@ -20,8 +20,10 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import signal
 import subprocess
 import sys
+import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,63 +99,82 @@ def check_batch(batch: Batch, spool: Path) -> CheckedBatch:
 
 
 class CheckProcessFailed(RuntimeError):
-    """The check process ended without answering (a bug or a kill, not a bad batch: those are
-    answered as refused batches)."""
+    """The check process failed, or ended without answering (a bug, a kill; not a bad batch:
+    those are answered as refused batches)."""
 
 
 def checked_in_a_process(batches: list[Batch], spool: Path) -> Iterator[CheckedBatch]:
     """check_batch of each batch, in order, done by a child process.
 
-    Requests of CHUNK batches, IN_FLIGHT at most ahead of the answers read, so the process is
-    never more than 2 * CHUNK batches (and their sanitized copies) ahead of the reader. The
-    child imports the same dayclose as this process (its folder first on PYTHONPATH) and
-    writes its errors to this process's stderr. Closing the iterator ends the child.
+    Requests of CHUNK batches, at most IN_FLIGHT sent ahead of the answer being read: the
+    process is at most CHUNK * (IN_FLIGHT + 1) - 1 batches (and their sanitized copies) ahead
+    of the batch handed out. The child imports this process's dayclose (its folder on
+    PYTHONPATH, and -P: not the current folder's), answers on a copy of its stdout (whatever
+    it prints goes to stderr), and answers an error with its traceback, then ends. Closing
+    the iterator ends the child.
     """
     chunks = [batches[i : i + CHUNK] for i in range(0, len(batches), CHUNK)]
     env = dict(os.environ)
     home = str(Path(dayclose.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (home, env.get("PYTHONPATH")) if p)
     child = subprocess.Popen(
-        [sys.executable, "-c", SERVE, str(spool)],
+        [sys.executable, "-P", "-c", SERVE, str(spool)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         env=env,
     )
     assert child.stdin is not None and child.stdout is not None
+    answered_all = False
     try:
         sent = 0
-        for answered in range(len(chunks)):
-            while sent < len(chunks) and sent < answered + IN_FLIGHT:
-                pickle.dump(chunks[sent], child.stdin, protocol=pickle.HIGHEST_PROTOCOL)
-                child.stdin.flush()
-                sent += 1
+        for answered, chunk in enumerate(chunks):
             try:
-                checked: list[CheckedBatch] = pickle.load(child.stdout)
-            except EOFError:
+                while sent < len(chunks) and sent < answered + IN_FLIGHT:
+                    pickle.dump(chunks[sent], child.stdin, protocol=pickle.HIGHEST_PROTOCOL)
+                    child.stdin.flush()
+                    sent += 1
+                kind, answer = pickle.load(child.stdout)
+            except (OSError, EOFError, pickle.UnpicklingError):  # gone, or cut off mid-answer
+                child.kill()
                 raise CheckProcessFailed(
                     f"the process checking batches against their manifests ended (exit code "
-                    f"{child.wait()}) before answering for {chunks[answered][0].batch_id} and after"
+                    f"{child.wait()}) before answering for {chunk[0].batch_id} and after"
                 ) from None
-            yield from checked
+            if kind == "error":
+                raise CheckProcessFailed(
+                    f"the process checking batches against their manifests failed on the "
+                    f"batches from {chunk[0].batch_id}:\n{answer}"
+                )
+            yield from answer
+        answered_all = True
     finally:
-        with contextlib.suppress(OSError):  # a child that is gone has closed its end
+        with contextlib.suppress(OSError):  # the end of the requests: a child that is done ends
             child.stdin.close()
+        if not answered_all and child.poll() is None:
+            child.kill()  # before its answers' pipe closes: it may be writing one
         child.stdout.close()
-        if child.poll() is None:
-            child.kill()
         child.wait()
 
 
 def serve() -> None:
-    """The check process: answers each request (a list of batches) with their checks, until
-    its input ends. Spool folder: argv[1]."""
+    """The check process: answers each request (a list of batches) with ("checked", their
+    checks), until its input ends, or with ("error", the traceback) and ends. A Ctrl-C is
+    the loader's (it ends this process). Spool folder: argv[1]."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     spool = Path(sys.argv[1])
-    requests, answers = sys.stdin.buffer, sys.stdout.buffer
+    answers = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # whatever prints goes to stderr, not into the answers
+    requests = sys.stdin.buffer
     while True:
         try:
             batches: list[Batch] = pickle.load(requests)
         except EOFError:
             return
-        checked = [check_batch(batch, spool) for batch in batches]
-        pickle.dump(checked, answers, protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            answer: tuple[str, object] = ("checked", [check_batch(batch, spool) for batch in batches])
+        except Exception:  # noqa: BLE001 - handed to the loader, which raises it
+            answer = ("error", traceback.format_exc())
+        pickle.dump(answer, answers, protocol=pickle.HIGHEST_PROTOCOL)
         answers.flush()
+        if answer[0] == "error":
+            return

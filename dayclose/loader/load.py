@@ -56,7 +56,7 @@ from dayclose.warehouse import Warehouse
 RECHECK_DAYS = 35  # loaded batches younger than this are checked for a changed manifest
 GROUP_LINES = 500_000  # batches written in one transaction: up to this many lines ...
 GROUP_BATCHES = 256  # ... or this many batches
-LOOK_AHEAD = GROUP_BATCHES  # batches checked (in a thread) ahead of the ones being written, at most
+LOOK_AHEAD = GROUP_BATCHES  # checked batches waiting for their writer, at most
 CHECK_PROCESS_FROM = 48  # batches to load from which a child process checks them (_checks)
 
 
@@ -232,7 +232,8 @@ def _checked_in_order(
     """The batches checked oldest first, by a thread that stays ahead of the writer by at most
     GROUP_LINES lines and LOOK_AHEAD batches: enough to check the next group while one is
     written, and few enough that sanitized copies in the spool stay bounded by lines, not
-    by how many batches are waiting."""
+    by how many batches are waiting (a check process, _checks, works at most
+    CHUNK * (IN_FLIGHT + 1) - 1 batches further ahead)."""
     ready: deque[tuple[CheckedBatch, str | None]] = deque()
     cond = threading.Condition()
     state: dict = {"lines": 0, "done": False, "stop": False, "error": None}
