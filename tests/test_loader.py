@@ -191,6 +191,16 @@ def test_many_batches_are_checked_by_a_child_process_and_load_as_those_checked_h
     assert sum(r[3] for r in results) == 2 * len([k for k in range(len(hours)) if k % 9 == 4])
 
 
+def checked_by(program: str, landing: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch of one line per hour of HOURS, checked by a child process running `program`
+    (check.SERVE) in requests of two batches."""
+    for hour in HOURS:
+        write_batch(landing, hour, [sale(f"{hour}/1", "S-001", f"{hour}:00:00Z", f"{hour}:01:00Z")])
+    monkeypatch.setattr(load_module, "CHECK_PROCESS_FROM", 1)
+    monkeypatch.setattr(check_module, "CHUNK", 2)
+    monkeypatch.setattr(check_module, "SERVE", program)
+
+
 ANSWER_ONCE_THEN_EXIT = """
 import pickle, sys
 from pathlib import Path
@@ -223,11 +233,7 @@ def test_a_check_process_that_fails_or_ends_stops_the_load_before_anything_is_wr
 ) -> None:
     """The error names the batches left unanswered (and the child's own error); the batches
     answered before are not written either: a load stopped by an error writes nothing more."""
-    for hour in HOURS:
-        write_batch(landing, hour, [sale(f"{hour}/1", "S-001", f"{hour}:00:00Z", f"{hour}:01:00Z")])
-    monkeypatch.setattr(load_module, "CHECK_PROCESS_FROM", 1)
-    monkeypatch.setattr(check_module, "CHUNK", 2)
-    monkeypatch.setattr(check_module, "SERVE", program)
+    checked_by(program, landing, monkeypatch)
     with Warehouse(engine) as wh:
         with pytest.raises(check_module.CheckProcessFailed, match=message):
             load_source(wh, SALES, landing, ts("2026-11-24T00:30"), progress=None)
@@ -249,11 +255,7 @@ check.serve()
 def test_what_the_check_process_prints_does_not_mix_with_its_answers(
     engine: Target, landing: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    for hour in HOURS:
-        write_batch(landing, hour, [sale(f"{hour}/1", "S-001", f"{hour}:00:00Z", f"{hour}:01:00Z")])
-    monkeypatch.setattr(load_module, "CHECK_PROCESS_FROM", 1)
-    monkeypatch.setattr(check_module, "CHUNK", 2)
-    monkeypatch.setattr(check_module, "SERVE", PRINT_WHILE_CHECKING)
+    checked_by(PRINT_WHILE_CHECKING, landing, monkeypatch)
     with Warehouse(engine) as wh:
         report = load_source(wh, SALES, landing, ts("2026-11-24T00:30"), progress=None)
     assert [r.batch_id for r in report.loaded] == HOURS
