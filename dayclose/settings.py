@@ -61,10 +61,23 @@ def dbt_env(target: Target) -> dict[str, str]:
     env = {"DAYCLOSE_TARGET": target.name, "DAYCLOSE_BATCH_SIZE": "month"}
     if target.duckdb_path is not None:
         env["DAYCLOSE_DUCKDB"] = str(target.duckdb_path)
+        env["DAYCLOSE_DUCKDB_BLOCK_MEMORY"] = os.environ.get("DAYCLOSE_DUCKDB_BLOCK_MEMORY") or block_memory()
     else:
         env["DAYCLOSE_SCHEMA"] = target.schema
         env["PGOPTIONS"] = postgres_options(os.environ.get("PGOPTIONS", ""))
     return env
+
+
+def block_memory(physical: int | None = None) -> str:
+    """DuckDB's block_allocator_memory for dbt's sessions (profiles.yml.example): 2GB, or a
+    quarter of the machine's memory when that is less (DuckDB refuses more than 80% of it,
+    and keeps what it takes until the database closes)."""
+    if physical is None:
+        try:
+            physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (ValueError, OSError):
+            physical = 0
+    return f"{min(2000, physical // 4 // 1_000_000)}MB"
 
 
 def postgres_options(options: str) -> str:

@@ -14,7 +14,7 @@ import pytest
 
 from dayclose.cli import GC_THRESHOLDS
 from dayclose.errors import EXIT_CONFIG, EXIT_NOT_FOUND, EXIT_UNAVAILABLE, EXIT_USAGE
-from dayclose.settings import Target, dbt_env, postgres_options
+from dayclose.settings import Target, block_memory, dbt_env, postgres_options
 
 
 def dayclose(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -134,6 +134,25 @@ def test_dbt_runs_on_postgres_with_the_jit_compiler_off_unless_the_user_set_it()
     assert postgres_options("-c jit=on") == "-c jit=on"
     assert dbt_env(Target(name="postgres", schema="s"))["PGOPTIONS"].endswith("-c jit=off")
     assert "PGOPTIONS" not in dbt_env(Target(name="duckdb", schema="main", duckdb_path=Path("w.duckdb")))
+
+
+def test_duckdbs_kept_block_memory_is_2gb_or_a_quarter_of_a_smaller_machine(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """DuckDB refuses a block_allocator_memory above 80% of the machine's memory: on a small
+    machine dbt's sessions keep a quarter of it; a value the user set is kept as it is."""
+    assert [block_memory(n * 1_000_000_000) for n in (24, 8, 2, 1)] == ["2000MB", "2000MB", "500MB", "250MB"]
+    assert block_memory(0) == "0MB"  # memory unknown: none kept
+    monkeypatch.delenv("DAYCLOSE_DUCKDB_BLOCK_MEMORY", raising=False)
+    duckdb_env = dbt_env(Target(name="duckdb", schema="main", duckdb_path=Path("w.duckdb")))
+    assert duckdb_env["DAYCLOSE_DUCKDB_BLOCK_MEMORY"] == block_memory()
+    monkeypatch.setenv("DAYCLOSE_DUCKDB_BLOCK_MEMORY", "300MB")
+    assert (
+        dbt_env(Target(name="duckdb", schema="main", duckdb_path=Path("w.duckdb")))[
+            "DAYCLOSE_DUCKDB_BLOCK_MEMORY"
+        ]
+        == "300MB"
+    )
 
 
 def test_the_quick_exit_keeps_the_code_the_output_and_the_exit_handlers(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ import hashlib
 import json
 import shutil
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -212,8 +213,11 @@ sys.exit(5)
 """
 FAIL_WHILE_CHECKING = """
 from dayclose.loader import check
+real = check.check_batch
 def on_fire(batch, spool):
-    raise ValueError(f"disk on fire at {batch.batch_id}")
+    if batch.batch_id == "2026-11-23T03":  # in the second request, sent before the first is read
+        raise ValueError(f"disk on fire at {batch.batch_id}")
+    return real(batch, spool)
 check.check_batch = on_fire
 check.serve()
 """
@@ -224,7 +228,7 @@ check.serve()
     [
         ("import sys; sys.exit(3)", r"ended \(exit code 3\) before answering for 2026-11-23T01 and after"),
         (ANSWER_ONCE_THEN_EXIT, r"ended \(exit code 5\) before answering for 2026-11-23T03 and after"),
-        (FAIL_WHILE_CHECKING, r"batches from 2026-11-23T01:\n(?s:.*)disk on fire at 2026-11-23T01"),
+        (FAIL_WHILE_CHECKING, r"batches from 2026-11-23T03:\n(?s:.*)disk on fire at 2026-11-23T03"),
     ],
     ids=["ends at once", "ends after an answer", "fails while checking"],
 )
@@ -239,6 +243,29 @@ def test_a_check_process_that_fails_or_ends_stops_the_load_before_anything_is_wr
             load_source(wh, SALES, landing, ts("2026-11-24T00:30"), progress=None)
         assert wh.scalar(f"select count(*) from {engine.landing_schema}.load_ledger") == 0
         assert wh.scalar(f"select count(*) from {engine.landing_schema}.sale_lines") == 0
+
+
+def test_the_check_process_error_reaches_the_loader_after_more_requests_were_sent(
+    engine: Target, landing: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loader, slowed by its writers, sends a request after the one the child failed on:
+    the child reads it to the end rather than leave the pipe broken, so the loader still gets
+    the child's error (not "ended (exit code 0)")."""
+    # the third request fails; the loader, one batch at a time through one slow writer, sends
+    # the fourth only once the child has answered it
+    checked_by(FAIL_WHILE_CHECKING.replace("2026-11-23T03", "2026-11-23T05"), landing, monkeypatch)
+    for name, value in (("GROUP_BATCHES", 1), ("LOOK_AHEAD", 1), ("WRITERS", 1)):
+        monkeypatch.setattr(load_module, name, value)
+    real_ingest = load_module.ingest_files
+
+    def slow_ingest(wh, table, files):
+        time.sleep(0.5)
+        return real_ingest(wh, table, files)
+
+    monkeypatch.setattr(load_module, "ingest_files", slow_ingest)
+    failed = pytest.raises(check_module.CheckProcessFailed, match="disk on fire at 2026-11-23T05")
+    with Warehouse(engine) as wh, failed:
+        load_source(wh, SALES, landing, ts("2026-11-24T00:30"), progress=None)
 
 
 PRINT_WHILE_CHECKING = """

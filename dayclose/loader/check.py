@@ -110,8 +110,8 @@ def checked_in_a_process(batches: list[Batch], spool: Path) -> Iterator[CheckedB
     process is at most CHUNK * (IN_FLIGHT + 1) - 1 batches (and their sanitized copies) ahead
     of the batch handed out. The child imports this process's dayclose (its folder on
     PYTHONPATH, and -P: not the current folder's), answers on a copy of its stdout (whatever
-    it prints goes to stderr), and answers an error with its traceback, then ends. Closing
-    the iterator ends the child.
+    it prints goes to stderr), and answers an error with its traceback, then reads the
+    requests left and ends. Closing the iterator ends the child.
     """
     chunks = [batches[i : i + CHUNK] for i in range(0, len(batches), CHUNK)]
     env = dict(os.environ)
@@ -135,10 +135,9 @@ def checked_in_a_process(batches: list[Batch], spool: Path) -> Iterator[CheckedB
                     sent += 1
                 kind, answer = pickle.load(child.stdout)
             except (OSError, EOFError, pickle.UnpicklingError):  # gone, or cut off mid-answer
-                child.kill()
                 raise CheckProcessFailed(
                     f"the process checking batches against their manifests ended (exit code "
-                    f"{child.wait()}) before answering for {chunk[0].batch_id} and after"
+                    f"{_ended(child)}) before answering for {chunk[0].batch_id} and after"
                 ) from None
             if kind == "error":
                 raise CheckProcessFailed(
@@ -154,6 +153,16 @@ def checked_in_a_process(batches: list[Batch], spool: Path) -> Iterator[CheckedB
             child.kill()  # before its answers' pipe closes: it may be writing one
         child.stdout.close()
         child.wait()
+
+
+def _ended(child: subprocess.Popen[bytes]) -> int:
+    """The exit code of a child that stopped answering: its own if it ends within a second,
+    else it is killed."""
+    try:
+        return child.wait(timeout=1)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        return child.wait()
 
 
 def serve() -> None:
@@ -177,4 +186,8 @@ def serve() -> None:
         pickle.dump(answer, answers, protocol=pickle.HIGHEST_PROTOCOL)
         answers.flush()
         if answer[0] == "error":
+            # the requests sent meanwhile read to their end, so that the loader's writes do not
+            # break its pipe before it reads this answer
+            while requests.read(1 << 16):
+                pass
             return
