@@ -91,10 +91,10 @@
 {#
     SQL: `line` is a plain line of `fields` (true or false; null for a null line): a flat JSON
     object of exactly the fields, in their configured order, each value written as its kind's
-    rule asks (contract_patterns) and JSON allows, blanks where JSON allows them. Such a line needs none of the
-    general checks (the object's shape, its keys, each token's expression) but the rules'
-    lengths and ranges (token_is_valid with pattern_checked), and holds no backslash, so
-    its tokens read as on any flat object. What a writer of the contract puts in a line;
+    rule asks (contract_patterns) and JSON allows, blanks where JSON allows them. Such a line
+    needs none of the general checks (the object's shape, its keys, each token's expression)
+    but the rules' lengths and ranges (token_is_valid with pattern_checked), and holds no
+    backslash, so its tokens read as on any flat object. What a writer of the contract puts in a line;
     any other line takes the general path to the same verdict. None: no such test, every
     line takes the general path.
     DuckDB: one full match in place of the flat-object expression, the key list and a match
