@@ -40,12 +40,15 @@
     {#- a line without a backslash holds no escape: its strings are plain, like its keys -#}
     {%- set plain_member -%}{{ plain_key }}{{ ws }}:{{ ws }}(?:{{ plain_key }}|{{ number }}|true|false|null){%- endset -%}
     {%- set date -%}(?:[1-9][0-9]{3}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-8]))|(?:[1-9][0-9](?:0[48]|[2468][048]|[13579][26])|(?:[2468][048]|[13579][26])00)-02-29){%- endset -%}
+    {#- decimal_as_json: a decimal as JSON allows it, a number without leading zeros (a JSON
+        parser refuses 012.50); blank: the blanks JSON allows between tokens -#}
     {{ return({
         'flat_object': ws ~ '\\{' ~ ws ~ '(?:' ~ member ~ ws ~ '(?:,' ~ ws ~ member ~ ws ~ ')*)?\\}' ~ ws,
         'flat_object_without_escapes': ws ~ '\\{' ~ ws ~ '(?:' ~ plain_member ~ ws ~ '(?:,' ~ ws ~ plain_member ~ ws ~ ')*)?\\}' ~ ws,
         'id': '"[A-Za-z0-9_.:/-]+"',
         'timestamp': '"' ~ date ~ 'T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]{1,6})?(?:Z|[+-](?:0[0-9]|1[0-4]):[0-5][0-9])"',
         'decimal': '"-?[0-9]{1,15}(?:\\.[0-9]{1,2})?"|-?[0-9]{1,15}(?:\\.[0-9]{1,2})?',
+        'decimal_as_json': '"-?[0-9]{1,15}(?:\\.[0-9]{1,2})?"|-?(?:0|[1-9][0-9]{0,14})(?:\\.[0-9]{1,2})?',
         'sequence': '0|[1-9][0-9]*',
         'number': '-?(?:0|[1-9][0-9]{0,15})(?:\\.[0-9]{1,15})?(?:[eE][+-]?[0-9]{1,2})?',
         'field_token': ws ~ ':' ~ ws ~ '((?:"(?:[^"\\\\]|\\\\.)*"|[^,}" \\t\\n\\r]+))',
@@ -56,6 +59,7 @@
         'nul_escape': '\\\\u0000',
         'surrogate_escape': '\\\\u[dD][89a-fA-F][0-9a-fA-F]{2}',
         'not_a_number': ':' ~ ws ~ '-?(?:NaN|Infinity)',
+        'blank': ws,
     }) }}
 {% endmacro %}
 
@@ -113,14 +117,12 @@
 
 {% macro duckdb__plain_line_test(line, fields) -%}
     {%- set patterns = dayclose.contract_patterns() -%}
-    {%- set ws = '[ \\t\\n\\r]*' -%}
-    {#- each kind's expression where it is also JSON; a decimal written as a number: without
-        the leading zeros its rule allows and JSON does not (a parser refuses 012.50) -#}
-    {%- set values = dict(patterns) -%}
-    {%- do values.update({'decimal': '"-?[0-9]{1,15}(?:\\.[0-9]{1,2})?"|-?(?:0|[1-9][0-9]{0,14})(?:\\.[0-9]{1,2})?'}) -%}
+    {%- set ws = patterns.blank -%}
     {%- set members = [] -%}
     {%- for name, kind in fields.items() -%}
-        {%- do members.append('"' ~ name ~ '"' ~ ws ~ ':' ~ ws ~ '(?:' ~ values[kind] ~ ')') -%}
+        {#- each kind's expression, where it is also JSON -#}
+        {%- set value = patterns.decimal_as_json if kind == 'decimal' else patterns[kind] -%}
+        {%- do members.append('"' ~ name ~ '"' ~ ws ~ ':' ~ ws ~ '(?:' ~ value ~ ')') -%}
     {%- endfor -%}
     {{ return(dayclose.regexp_full(line, ws ~ '\\{' ~ ws ~ members | join(ws ~ ',' ~ ws) ~ ws ~ '\\}' ~ ws)) }}
 {%- endmacro %}

@@ -294,11 +294,10 @@ ranked as (
     select
         candidates.*,
         row_number() over (
-            partition by {% for k in keys %}candidates.{{ k }}{{ ', ' if not loop.last }}{% endfor %}
-            order by {{ dayclose.arrival_order() }}
+            partition by candidates.{{ keys | join(', candidates.') }} order by {{ dayclose.arrival_order() }}
         ) as arrival_rank,
         max(candidates.replaces_registered) over (
-            partition by {% for k in keys %}candidates.{{ k }}{{ ', ' if not loop.last }}{% endfor %}
+            partition by candidates.{{ keys | join(', candidates.') }}
         ) as has_registered_row
 
     from candidates

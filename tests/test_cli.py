@@ -143,16 +143,11 @@ def test_duckdbs_kept_block_memory_is_2gb_or_a_quarter_of_a_smaller_machine(
     machine dbt's sessions keep a quarter of it; a value the user set is kept as it is."""
     assert [block_memory(n * 1_000_000_000) for n in (24, 8, 2, 1)] == ["2000MB", "2000MB", "500MB", "250MB"]
     assert block_memory(0) == "0MB"  # memory unknown: none kept
+    duckdb = Target(name="duckdb", schema="main", duckdb_path=Path("w.duckdb"))
     monkeypatch.delenv("DAYCLOSE_DUCKDB_BLOCK_MEMORY", raising=False)
-    duckdb_env = dbt_env(Target(name="duckdb", schema="main", duckdb_path=Path("w.duckdb")))
-    assert duckdb_env["DAYCLOSE_DUCKDB_BLOCK_MEMORY"] == block_memory()
+    assert dbt_env(duckdb)["DAYCLOSE_DUCKDB_BLOCK_MEMORY"] == block_memory()
     monkeypatch.setenv("DAYCLOSE_DUCKDB_BLOCK_MEMORY", "300MB")
-    assert (
-        dbt_env(Target(name="duckdb", schema="main", duckdb_path=Path("w.duckdb")))[
-            "DAYCLOSE_DUCKDB_BLOCK_MEMORY"
-        ]
-        == "300MB"
-    )
+    assert dbt_env(duckdb)["DAYCLOSE_DUCKDB_BLOCK_MEMORY"] == "300MB"
 
 
 def test_the_quick_exit_keeps_the_code_the_output_and_the_exit_handlers(tmp_path: Path) -> None:
