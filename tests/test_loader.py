@@ -339,3 +339,38 @@ def test_the_prepass_counts_lines_and_finds_the_end_marker_across_chunk_borders(
         lines = data.count(b"\n") + (not data.endswith(b"\n") and len(data) > 0)
         assert (found.lines, found.size, found.sha256) == (lines, len(data), hashlib.sha256(data).hexdigest())
         assert ("eod" in found.problems) == (b"\n\\.\n" in b"\n" + data), data
+
+
+@pytest.mark.parametrize("storage", [None, "v1.0.0"])
+def test_duckdb_keeps_raw_lines_by_zstd_where_the_files_format_has_it(
+    engine: Target, landing: Path, storage: str | None
+) -> None:
+    """The raw lines are compressed by zstd in a file whose storage format has it for text
+    (v1.2.0 and later, a new file's on DuckDB 2.0); an older file keeps DuckDB's own choice
+    (forcing zstd there fails or stores the lines uncompressed). The lines are the same."""
+    if engine.name != "duckdb":
+        pytest.skip("a DuckDB storage choice")
+    import duckdb
+
+    assert engine.duckdb_path is not None
+    if storage:  # a file made by an older DuckDB, as its storage format says
+        duckdb.connect(str(engine.duckdb_path), config={"storage_compatibility_version": storage}).close()
+    lines = [
+        sale(f"{hour}/{i}", "S-001", f"{hour}:00:00Z", f"{hour}:01:00Z") for hour in HOURS for i in range(300)
+    ]
+    for hour in HOURS:
+        write_batch(landing, hour, [line for line in lines if f'"{hour}/' in line])
+    with Warehouse(engine) as wh:
+        report = load_source(wh, SALES, landing, ts("2026-11-24T00:30"), progress=None)
+        wh.execute("checkpoint")
+        relation = f"{engine.landing_schema}.sale_lines"
+        methods = {
+            m
+            for (m,) in wh.query(
+                f"select distinct compression from pragma_storage_info('{relation}') "
+                "where column_name = 'raw_line' and compression <> 'Constant'"
+            )
+        }
+        loaded = sorted(line for (line,) in wh.query(f"select raw_line from {relation}"))
+    assert report.rows_loaded == len(lines) and loaded == sorted(lines)
+    assert (methods == {"ZSTD"}) if storage is None else ("ZSTD" not in methods and methods)
