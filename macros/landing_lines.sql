@@ -348,7 +348,7 @@ final as (
 )
 
 -- in event-time order, so that the registry grows in that order and a look-up of some
--- days' events reads only those days' row groups on DuckDB (registered_for_lines)
+-- days' events reads only those days' row groups on DuckDB (conflicting_copies)
 select * from final
 order by {{ entry['event_at'] }}
 {% endmacro %}
@@ -374,37 +374,6 @@ order by {{ entry['event_at'] }}
 
     insert into {{ target }} ({{ dest_cols_csv }})
     select {{ dest_cols_csv }} from {{ source }}
-{% endmacro %}
-
-
-{#
-    A select of the registered first arrivals (`registry`, a first-arrivals model) that the
-    lines of CTE `lines` need: every registered event of the days the run rebuilds
-    (in_rebuilt_days, with `built`), and, for the lines whose event has none there, their
-    registered rows on other days (a copy whose event time differs from its first
-    arrival's). The registry grows in event-time order, so on DuckDB the first part reads
-    only the row groups of those days; the second reads the whole registry, but only when
-    some line needs it (most nights none: an empty look-up ends the scan). So the cost
-    follows the window, not the history. An event of those days registered a second time
-    on another day is not looked for there.
-#}
-{% macro registered_for_lines(source_name, registry, lines, built=false) %}
-{%- set entry = dayclose.landing_source(source_name) -%}
-{%- set keys = entry['event_key'] -%}
-    select * from {{ registry }} as registry
-    where {{ dayclose.in_rebuilt_days(source_name, 'registry.' ~ entry['event_at'], built=built) }}
-    union all
-    select registry.*
-    from {{ registry }} as registry
-    inner join (
-        -- a set difference of two window-sized sets: hashed on both engines (a not exists
-        -- made Postgres probe the registry's index once per line)
-        select {{ keys | join(', ') }} from {{ lines }}
-        except
-        select {{ keys | join(', ') }} from {{ registry }} as registered
-        where {{ dayclose.in_rebuilt_days(source_name, 'registered.' ~ entry['event_at'], built=built) }}
-    ) as registered_elsewhere
-        on {{ dayclose.keys_equal(keys, 'registry', 'registered_elsewhere') }}
 {% endmacro %}
 
 
@@ -499,12 +468,42 @@ order by {{ entry['event_at'] }}
     be on another day, or in another batch long ago). The first arrival is what counts; the
     copy is recorded here with both lines, for analysts, and a gate warns. `compared` are
     the columns a copy must agree on (the event time and the values). Built for all the
-    rebuilt days in one statement (rebuilt_days_incremental), with one look-up of first
-    arrivals per run that reads the registry's rows of those days (registered_for_lines).
+    rebuilt days in one statement (rebuilt_days_incremental).
+
+    The first arrivals are read without reading the whole registry each night: its rows of
+    those days (the registry grows in event-time order, so on DuckDB only those days' row
+    groups), in one join with the copies; then, for the copies whose event has no row there
+    (a copy whose event time differs from its first arrival's; most nights none), their rows
+    on other days. An event of those days registered a second time on another day is not
+    looked for there.
 #}
 {% macro conflicting_copies(source_name, lines, compared) %}
 {%- set entry = dayclose.landing_source(source_name) -%}
 {%- set keys = entry['event_key'] -%}
+{%- set registry = ref(entry['events_model']) -%}
+{#- a copy and its event's first arrival (alias first_arrivals): are they two lines that disagree? -#}
+{%- set disagree %}
+            not (
+                copies.batch_id = first_arrivals.batch_id
+                and copies.file_name = first_arrivals.file_name
+                and copies.line_number = first_arrivals.line_number
+            )
+            and (
+                {%- for c in compared %}
+                copies.{{ c }} <> first_arrivals.{{ c }}{{ ' or' if not loop.last }}
+                {%- endfor %}
+            )
+{%- endset -%}
+{#- the first arrival's columns a conflict keeps -#}
+{%- set first_columns -%}
+        first_arrivals.{{ entry['event_date'] }} as first_{{ entry['event_date'] }},
+        {%- for c in compared %}
+        first_arrivals.{{ c }} as first_{{ c }},
+        {%- endfor %}
+        first_arrivals.batch_id as first_batch_id,
+        first_arrivals.file_name as first_file_name,
+        first_arrivals.line_number as first_line_number
+{%- endset -%}
 
 with
 
@@ -516,11 +515,55 @@ copies as (
 
 ),
 
-first_arrivals as (
+registered_in_days as (
 
-    -- the first arrivals of the copies' events, whatever their day (a copy may come days
-    -- after its first arrival), without reading the whole registry each night
-    {{ dayclose.registered_for_lines(source_name, ref(entry['events_model']), 'copies', built=true) }}
+    select * from {{ registry }} as registry
+    where {{ dayclose.in_rebuilt_days(source_name, 'registry.' ~ entry['event_at'], built=true) }}
+
+),
+
+copies_against_days as (
+
+    -- each copy against its event's first arrival among those days: kept, the copies that
+    -- disagree with it and those whose event has none there (looked up below)
+    select
+        copies.*,
+        {{- first_columns }}
+
+    from copies
+    left join registered_in_days as first_arrivals
+        on {{ dayclose.keys_equal(keys, 'copies', 'first_arrivals') }}
+    where
+        first_arrivals.batch_id is null
+        or ({{ disagree }}
+        )
+
+),
+
+registered_elsewhere as (
+
+    -- the first arrivals, on other days, of the copies that found none above
+    select registry.*
+    from {{ registry }} as registry
+    inner join (
+        select distinct {{ keys | join(', ') }} from copies_against_days
+        where first_batch_id is null
+    ) as unregistered
+        on {{ dayclose.keys_equal(keys, 'registry', 'unregistered') }}
+
+),
+
+copies_against_elsewhere as (
+
+    -- (only the copies of those events find one)
+    select
+        copies.*,
+        {{- first_columns }}
+
+    from copies
+    inner join registered_elsewhere as first_arrivals
+        on {{ dayclose.keys_equal(keys, 'copies', 'first_arrivals') }}
+    where {{ disagree }}
 
 ),
 
@@ -534,36 +577,27 @@ conflicts as (
 
     select
         {%- for k in keys %}
-        copies.{{ k }},
+        {{ k }},
         {%- endfor %}
-        copies.{{ entry['event_date'] }},
-        first_arrivals.{{ entry['event_date'] }} as first_{{ entry['event_date'] }},
+        {{ entry['event_date'] }},
+        first_{{ entry['event_date'] }},
         {%- for c in compared %}
-        first_arrivals.{{ c }} as first_{{ c }},
-        copies.{{ c }} as copy_{{ c }},
+        first_{{ c }},
+        {{ c }} as copy_{{ c }},
         {%- endfor %}
-        first_arrivals.batch_id as first_batch_id,
-        first_arrivals.file_name as first_file_name,
-        first_arrivals.line_number as first_line_number,
-        copies.batch_id,
-        copies.file_name,
-        copies.line_number,
-        copies.batch_completed_at
+        first_batch_id,
+        first_file_name,
+        first_line_number,
+        batch_id,
+        file_name,
+        line_number,
+        batch_completed_at
 
-    from copies
-    inner join first_arrivals
-        on {{ dayclose.keys_equal(keys, 'copies', 'first_arrivals') }}
-    where
-        not (
-            copies.batch_id = first_arrivals.batch_id
-            and copies.file_name = first_arrivals.file_name
-            and copies.line_number = first_arrivals.line_number
-        )
-        and (
-            {%- for c in compared %}
-            copies.{{ c }} <> first_arrivals.{{ c }}{{ ' or' if not loop.last }}
-            {%- endfor %}
-        )
+    from (
+        select * from copies_against_days where first_batch_id is not null
+        union all
+        select * from copies_against_elsewhere
+    ) as disagreeing
 
 ),
 
