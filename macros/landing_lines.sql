@@ -377,6 +377,20 @@ order by {{ entry['event_at'] }}
 {% endmacro %}
 
 
+{#
+    SQL from clause: the rows of `relation`, as `alias`, whose `keys` are those of some row of
+    the CTE `lines` that meets `condition` (one hash join on those rows' distinct keys).
+#}
+{% macro rows_of_keys(relation, alias, keys, lines, condition) -%}
+    from {{ relation }} as {{ alias }}
+    inner join (
+        select distinct {{ keys | join(', ') }} from {{ lines }}
+        where {{ condition }}
+    ) as wanted_keys
+        on {{ dayclose.keys_equal(keys, alias, 'wanted_keys') }}
+{%- endmacro %}
+
+
 {# SQL condition: the `keys` columns of `left` and `right` are equal. #}
 {% macro keys_equal(keys, left, right) -%}
     {% for k in keys %}{{ left }}.{{ k }} = {{ right }}.{{ k }}{{ ' and ' if not loop.last }}{% endfor %}
@@ -544,12 +558,7 @@ registered_elsewhere as (
 
     -- the first arrivals, on other days, of the copies that found none above
     select registry.*
-    from {{ registry }} as registry
-    inner join (
-        select distinct {{ keys | join(', ') }} from copies_against_days
-        where first_batch_id is null
-    ) as unregistered
-        on {{ dayclose.keys_equal(keys, 'registry', 'unregistered') }}
+    {{ dayclose.rows_of_keys(registry, 'registry', keys, 'copies_against_days', 'first_batch_id is null') }}
 
 ),
 

@@ -80,12 +80,7 @@ registered_elsewhere as (
     select
         {{- registration }}
 
-    from {{ model }} as registry
-    inner join (
-        select distinct {{ keys | join(', ') }} from lines_in_days
-        where registered_count is null
-    ) as unregistered
-        on {{ dayclose.keys_equal(keys, 'registry', 'unregistered') }}
+    {{ dayclose.rows_of_keys(model, 'registry', keys, 'lines_in_days', 'registered_count is null') }}
     {{ by_key }}
 
 ),
