@@ -209,3 +209,39 @@ def test_a_run_older_than_the_published_one_publishes_nothing(engine: Target, la
     assert table(
         engine, f"select count(*) from {{schema}}.daily_good_units_versions where run_id = '{older.run_id}'"
     ) == [(0,)]
+
+
+def test_conflicting_copies_of_units_in_the_window_and_from_before_it(engine: Target, landing: Path) -> None:
+    """Two units resent in one batch: one first arrived in the window, resent with another
+    verdict; one first arrived long before the window, resent with another finish time (its
+    registered row is on a day the run does not rebuild). Both copies are recorded against
+    their first arrivals (the two-column key), and only the first arrivals count."""
+    steady = steady_production(landing, [LINE], "2026-11-10", 14)
+    first = unit(LINE, 1, "2026-11-10T10:00:00Z", "2026-11-10T10:00:05Z")
+    write_batch(landing, "2026-11-10T10", [first], source="units")
+    assert run(engine, landing, "2026-11-11T00:30").ok
+    assert run(engine, landing, "2026-11-23T00:30").ok  # Nov 10 has left the window
+    in_window = unit(LINE, 500, "2026-11-23T09:00:00Z", "2026-11-23T10:00:05Z")
+    write_batch(landing, "2026-11-23T10", [in_window], source="units")
+    write_batch(
+        landing,
+        "2026-11-23T11",
+        [
+            unit(LINE, 500, "2026-11-23T09:00:00Z", "2026-11-23T11:00:05Z", verdict="reject"),
+            unit(LINE, 1, "2026-11-22T10:00:00Z", "2026-11-23T11:00:05Z"),
+        ],
+        source="units",
+    )
+    summary = run(engine, landing, "2026-11-24T00:30")
+    assert summary.ok and summary.published, summary.lines()
+    rows = table(
+        engine,
+        "select line_id, plc_seq, production_date, first_production_date, first_verdict, copy_verdict "
+        "from {schema}.units_conflicting_copies order by plc_seq",
+    )
+    assert rows == [
+        (LINE, 1, date(2026, 11, 22), date(2026, 11, 10), "good", "good"),
+        (LINE, 500, date(2026, 11, 23), date(2026, 11, 23), "good", "reject"),
+    ]
+    counted = good_units(engine)
+    assert counted[("2026-11-22", SKU)] == steady and counted[("2026-11-23", SKU)] == steady + 1
