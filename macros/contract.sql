@@ -18,7 +18,8 @@
     a line without a backslash by the same grammar without its escapes, which cannot
     occur there),
     every JSON function and cast runs only on lines and tokens that passed their check,
-    and timestamps are converted to UTC by arithmetic. Values are taken verbatim from the
+    and a timestamp is taken to UTC by its offset (by arithmetic on its text; on DuckDB
+    through a timestamp with time zone: utc_timestamp). Values are taken verbatim from the
     line's text, so both engines read the same thing (DuckDB's JSON functions take the
     first of duplicated keys and rewrite numbers; Postgres takes the last).
 #}

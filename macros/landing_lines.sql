@@ -348,7 +348,7 @@ final as (
 )
 
 -- in event-time order, so that the registry grows in that order and a look-up of some
--- days' events reads only those days' row groups on DuckDB (conflicting_copies)
+-- days' events reads only those days' row groups on DuckDB (conflicting_copies, the gate)
 select * from final
 order by {{ entry['event_at'] }}
 {% endmacro %}
@@ -564,7 +564,7 @@ registered_elsewhere as (
 
 copies_against_elsewhere as (
 
-    -- (only the copies of those events find one)
+    -- the copies against those rows (only the copies of those events find one)
     select
         copies.*,
         {{- first_columns }}

@@ -59,6 +59,10 @@ NESTED = b'{"event_id": ' + b"[" * 50_000 + b"]" * 50_000 + b"}"
 SALES_CORPUS: list[tuple[str, bytes, str | None, str]] = [
     ("canonical", sale_line(event_id="ok-1"), None, ""),
     ("offset timestamp", sale_line(event_id="ok-2", sold_at="2026-11-23T11:00:00+01:00"), None, ""),
+    # offsets with minutes, and one that takes the local day back to the UTC day before
+    ("offset +05:45", sale_line(event_id="ok-7", sold_at="2026-11-23T15:45:00+05:45"), None, ""),
+    ("offset -00:30", sale_line(event_id="ok-8", sold_at="2026-11-23T09:30:00-00:30"), None, ""),
+    ("offset +14:00", sale_line(event_id="ok-9", sold_at="2026-11-24T00:00:00+14:00"), None, ""),
     ("amount as a JSON number", sale_line(event_id="ok-3").replace(b'"12.50"', b"12.5"), None, ""),
     # a number JSON does not allow, in a line of the fields in their order (DuckDB's plain lines)
     ("amount with a leading zero", sale_line().replace(b'"12.50"', b"012.50"), "not_json_object", ""),
