@@ -70,6 +70,7 @@ def ensure_landing(wh: Warehouse, tables: Sequence[str]) -> None:
     wh.execute(f"create schema if not exists {schema}")
     wh.execute(f"create table if not exists {schema}.load_ledger ({LEDGER_COLUMNS})")
     numbering = _postgres_line_numbering(wh, schema) if wh.kind == "postgres" else ""
+    compression = _raw_line_compression(wh)  # the file's, the same for every table
     for table in tables:
         if wh.kind == "postgres":
             batch = "default current_setting('dayclose.batch_id')"
@@ -82,7 +83,7 @@ def ensure_landing(wh: Warehouse, tables: Sequence[str]) -> None:
             f"    batch_id varchar not null {batch},\n"
             f"    file_name varchar not null {file},\n"
             f"    line_number bigint not null {line},\n"
-            f"    raw_line varchar not null{_raw_line_compression(wh)},\n"
+            f"    raw_line varchar not null{compression},\n"
             "    raw_line_hex varchar,\n"
             "    byte_error varchar\n)"
         )
