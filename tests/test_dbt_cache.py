@@ -303,6 +303,73 @@ def test_the_parse_ahead_of_a_run_keeps_the_state_it_wrote(
     assert primed == [state, state, state]
 
 
+@pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+    reason="a core is lent to the parse only where the process has two or more",
+)
+def test_the_parse_has_a_core_of_its_own_while_it_runs_and_gives_it_back(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """dbt_runner.prepare: the parse thread on the highest CPU, the caller and every thread it
+    starts meanwhile (the loader's, DuckDB's) on the others; once the parse ends, and again
+    when the run takes it, every one of them on all the CPUs, a thread started while the parse
+    ran included."""
+    from dayclose import dbt_runner
+    from dayclose.settings import resolve_target
+
+    cpus = frozenset(os.sched_getaffinity(0))
+    parse_cpu, others = {max(cpus)}, set(cpus - {max(cpus)})
+    seen: dict[str, set[int]] = {}
+    parses: list[set[int]] = []
+    parsing, parsed, loaded = threading.Event(), threading.Event(), threading.Event()
+
+    def parse(*args: object) -> None:
+        parses.append(os.sched_getaffinity(0))
+        parsing.set()
+        assert parsed.wait(10)
+
+    def load() -> None:
+        seen["loader, started"] = os.sched_getaffinity(0)
+        assert loaded.wait(10)
+        seen["loader, after the parse"] = os.sched_getaffinity(0)
+
+    monkeypatch.setenv("DAYCLOSE_STATE_DIR", str(tmp_path))
+    monkeypatch.setenv("DAYCLOSE_DUCKDB", str(tmp_path / "w.duckdb"))
+    monkeypatch.setattr(dbt_runner, "_import_and_parse", parse)
+    try:
+        dbt_runner.prepare(resolve_target("duckdb"))
+        assert parsing.wait(10)
+        seen["caller"] = os.sched_getaffinity(0)
+        loader = threading.Thread(target=load)
+        loader.start()
+        parsed.set()
+        dbt_runner.finish_preparing()
+        seen["caller, after the parse"] = os.sched_getaffinity(0)
+        loaded.set()
+        loader.join()
+        # a night (dbt's partial-parse state there): nothing lent
+        target = resolve_target("duckdb")
+        target.dbt_target_dir.mkdir(parents=True, exist_ok=True)
+        (target.dbt_target_dir / "partial_parse.msgpack").write_bytes(b"")
+        parsed.clear()
+        parsing.clear()
+        dbt_runner.prepare(target)
+        assert parsing.wait(10)
+        seen["caller, a night"] = os.sched_getaffinity(0)
+        parsed.set()
+        dbt_runner.finish_preparing()
+    finally:
+        os.sched_setaffinity(0, cpus)
+    assert parses == [parse_cpu, set(cpus)]
+    assert seen == {
+        "caller": others,
+        "loader, started": others,
+        "caller, after the parse": set(cpus),
+        "loader, after the parse": set(cpus),
+        "caller, a night": set(cpus),
+    }
+
+
 def _probe(script: str, env: dict[str, str], *args: str) -> dict:
     """What `script` prints as JSON, run in a new interpreter with `env` added."""
     done = subprocess.run(
