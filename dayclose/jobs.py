@@ -389,7 +389,8 @@ def _first_build_window(
 
     The first day is read off the raw lines' event time (the lines are decoded later, by
     dbt): not before a month ahead of the first arrival, so that a garbage timestamp cannot
-    start the history in 2001. Older days, if any, show in <source>_late_arrivals and are
+    start the history in 2001, and a calendar day (a garbage `2026-00-15` is none: the line
+    is dead-lettered by dbt). Older days, if any, show in <source>_late_arrivals and are
     restated explicitly.
     """
     window = summary.window
@@ -404,17 +405,27 @@ def _first_build_window(
     # copied into the filter and the aggregate. 3 M lines: DuckDB 0.65 s, now 0.33 s (offset 0
     # there: 0.67 s, one core); Postgres 8.6-10.2 s, now 6.0-6.1 s (the filter alone 8.6-8.9 s).
     fence = " offset 0" if wh.kind == "postgres" else ""
-    first = wh.scalar(
-        "select min(event_day) filter (where event_day >= %s and event_day < %s) "
-        f"from (select {day} as event_day from {raw}{fence}) as days",
-        (
-            str(_first_arrival_day(wh, raw) - timedelta(days=FIRST_BUILD_LOOKBACK_DAYS)),
-            str(window[1]),
-        ),
+    days = f"from (select {day} as event_day from {raw}{fence}) as days"
+    in_range = "filter (where event_day >= %s and event_day < %s)"
+    bounds = (
+        str(_first_arrival_day(wh, raw) - timedelta(days=FIRST_BUILD_LOOKBACK_DAYS)),
+        str(window[0]),
     )
-    if first is not None and date.fromisoformat(first) < window[0]:
-        return date.fromisoformat(first), window[1]
-    return window
+    first = wh.scalar(f"select min(event_day) {in_range} {days}", bounds)
+    if first is None:
+        return window
+    earliest = _calendar_day(first)
+    if earliest is None:  # the earliest is no calendar day: the earliest of those that are
+        texts = wh.scalar(f"select array_agg(distinct event_day) {in_range} {days}", bounds) or []
+        earliest = min(filter(None, map(_calendar_day, texts)), default=None)
+    return (earliest, window[1]) if earliest is not None else window
+
+
+def _calendar_day(text: str) -> date | None:
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        return None
 
 
 def event_day_sql(wh: Warehouse, event_at: str) -> str:

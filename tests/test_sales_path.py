@@ -467,3 +467,30 @@ def test_the_first_build_reads_each_lines_day_as_the_expression_defines_it(engin
             f"select line_number, {event_day_sql(wh, 'sold_at')} from first_lines order by line_number"
         )
     assert [day for _, day in days] == expected
+
+
+def test_a_first_build_starts_on_the_earliest_calendar_day_whatever_garbage_days_come_before(
+    engine: Target, landing: Path
+) -> None:
+    """A line whose event day is no calendar day (month 00, day 00) neither stops the first
+    build nor starts its window: the window starts on the earliest real day, those lines are
+    dead letters."""
+    write_batch(
+        landing,
+        "2026-01-02T10",
+        [
+            sale("ok", "S-001", "2026-01-02T09:00:00Z", "2026-01-02T09:30:00Z", "3.00"),
+            sale("month-0", "S-001", "2026-00-15T09:00:00Z", "2026-01-02T09:30:00Z"),
+            sale("day-0", "S-001", "2026-01-00T09:00:00Z", "2026-01-02T09:30:00Z"),
+        ],
+    )
+    for day in range(3, 10):  # a sale a day (a day without sales stops publication)
+        sold = f"2026-01-0{day}T09:00:00Z"
+        write_batch(landing, f"2026-01-0{day}T10", [sale(f"d{day}", "S-002", sold, sold)])
+    summary = run(engine, landing, "2026-01-10T00:30")
+    assert summary.ok and summary.window == (date(2026, 1, 2), date(2026, 1, 10)), summary.lines()
+    assert daily_sales(engine) == {
+        ("2026-01-02", "S-001"): (Decimal("3.00"), 1),
+        **{(f"2026-01-0{day}", "S-002"): (Decimal("10.00"), 1) for day in range(3, 10)},
+    }
+    assert sum(summary.dead_letters.values()) == 2
