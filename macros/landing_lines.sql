@@ -270,9 +270,11 @@ candidates as (
 copied as (
 
     -- the events with more than one candidate, the only ones ranked: most events have one
-    -- (a window over every candidate sorted them all)
-    select {{ keys | join(', ') }} from candidates
-    group by {{ keys | join(', ') }}
+    -- (a window over every candidate sorted them all); found by their hash, a bigint, which
+    -- groups and joins faster than the keys (an event that only shares its hash with another
+    -- is ranked too, alone in its keys' partition)
+    select event_hash from candidates
+    group by event_hash
     having count(*) > 1
 
 ),
@@ -286,8 +288,8 @@ ranked as (
 
     from candidates
     left join copied
-        on {{ dayclose.keys_equal(keys, 'candidates', 'copied') }}
-    where copied.{{ keys[0] }} is null
+        on candidates.event_hash = copied.event_hash
+    where copied.event_hash is null
 
     union all
 
@@ -302,7 +304,7 @@ ranked as (
 
     from candidates
     inner join copied
-        on {{ dayclose.keys_equal(keys, 'candidates', 'copied') }}
+        on candidates.event_hash = copied.event_hash
 
 ),
 
