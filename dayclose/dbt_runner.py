@@ -166,9 +166,13 @@ def prepare(target: Target, extra_vars: dict[str, Any] | None = None, own_runner
     parse.thread = threading.Thread(
         target=_parse_quietly, args=(parse, target, args), name="dayclose-dbt-parse", daemon=True
     )
-    _parse = parse
     _lend_core(parse.cpus, parse=False)  # before the thread starts: it takes back what it lends itself
-    parse.thread.start()
+    try:
+        parse.thread.start()
+    except BaseException:
+        _give_back_cores(parse.cpus)
+        raise
+    _parse = parse
 
 
 def finish_preparing() -> _Parse | None:
@@ -176,18 +180,28 @@ def finish_preparing() -> _Parse | None:
     global _parse
     parse, _parse = _parse, None
     if parse is not None:
-        parse.waited.set()
-        parse.thread.join()
-        _give_back_cores(parse.cpus)
+        try:
+            parse.waited.set()
+            parse.thread.join()
+        finally:
+            _give_back_cores(parse.cpus)
     return parse
 
 
 def _cpus() -> frozenset[int]:
-    """The CPUs the calling thread may run on (none known where the system cannot say)."""
+    """The CPUs the calling thread may run on, where a core can be lent (see _lend_core): none
+    where the system cannot say, or where this process's threads cannot be listed
+    (/proc/self/task, to give the core back to every thread)."""
     try:
-        return frozenset(os.sched_getaffinity(0))
+        cpus = frozenset(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return frozenset()
+    return cpus if os.path.exists(f"/proc/self/task/{threading.get_native_id()}") else frozenset()
+
+
+def _narrowed(cpus: frozenset[int]) -> tuple[set[int], set[int]]:
+    """The two CPU sets _lend_core makes of `cpus`: the parse's (the highest), the others."""
+    return {max(cpus)}, set(cpus - {max(cpus)})
 
 
 def _lend_core(cpus: frozenset[int], parse: bool) -> None:
@@ -207,29 +221,39 @@ def _lend_core(cpus: frozenset[int], parse: bool) -> None:
     """
     if len(cpus) < 2:
         return
-    mine = {max(cpus)} if parse else set(cpus - {max(cpus)})
+    theirs, others = _narrowed(cpus)
     with contextlib.suppress(OSError):
-        os.sched_setaffinity(0, mine)
+        os.sched_setaffinity(0, theirs if parse else others)
 
 
 def _give_back_cores(cpus: frozenset[int]) -> None:
     """The threads _lend_core narrowed back on all of `cpus`.
 
-    The calling thread first, so that a thread it starts from now on has them all; then every
-    thread on the parse's CPU or on the others, including those the loader started meanwhile.
-    Called when the parse ends (the load, if still running, gets the parse's core) and again
-    when the run takes the parse (a thread started during the first sweep).
+    Those on the parse's CPU or on the others: the calling thread first, so that a thread it
+    starts from now on has them all, then every thread of the process, including those the
+    loader started meanwhile, again until a pass finds none left (a thread started during a
+    pass by one not reached yet). Called when the parse ends, so that a load still running gets
+    the parse's core, and when the run takes the parse (finish_preparing).
     """
     if len(cpus) < 2:
         return
-    narrowed = ({max(cpus)}, set(cpus - {max(cpus)}))
-    with contextlib.suppress(OSError):
-        os.sched_setaffinity(0, cpus)
-    with contextlib.suppress(OSError):
-        for tid in os.listdir("/proc/self/task"):
-            with contextlib.suppress(OSError):  # a thread that has ended meanwhile
-                if os.sched_getaffinity(int(tid)) in narrowed:
-                    os.sched_setaffinity(int(tid), cpus)
+    narrowed = _narrowed(cpus)
+
+    def widen(tid: int) -> bool:
+        with contextlib.suppress(OSError):  # a thread that has ended meanwhile
+            if os.sched_getaffinity(tid) in narrowed:
+                os.sched_setaffinity(tid, cpus)
+                return True
+        return False
+
+    widen(0)
+    for _ in range(10):
+        try:
+            tids = [int(tid) for tid in os.listdir("/proc/self/task")]
+        except OSError:
+            return
+        if not [tid for tid in tids if widen(tid)]:
+            return
 
 
 def _parse_quietly(parse: _Parse, target: Target, args: list[str]) -> None:

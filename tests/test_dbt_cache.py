@@ -311,9 +311,9 @@ def test_the_parse_has_a_core_of_its_own_while_it_runs_and_gives_it_back(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """dbt_runner.prepare: the parse thread on the highest CPU, the caller and every thread it
-    starts meanwhile (the loader's, DuckDB's) on the others; once the parse ends, and again
-    when the run takes it, every one of them on all the CPUs, a thread started while the parse
-    ran included."""
+    starts meanwhile (the loader's, DuckDB's) on the others; once the parse ends, every one of
+    them on all the CPUs (a load still running gets the core), and again when the run takes the
+    parse (a thread narrowed since); on a night (dbt's partial-parse state there), nothing lent."""
     from dayclose import dbt_runner
     from dayclose.settings import resolve_target
 
@@ -321,7 +321,7 @@ def test_the_parse_has_a_core_of_its_own_while_it_runs_and_gives_it_back(
     parse_cpu, others = {max(cpus)}, set(cpus - {max(cpus)})
     seen: dict[str, set[int]] = {}
     parses: list[set[int]] = []
-    parsing, parsed, loaded = threading.Event(), threading.Event(), threading.Event()
+    parsing, parsed, started, loaded = (threading.Event() for _ in range(4))
 
     def parse(*args: object) -> None:
         parses.append(os.sched_getaffinity(0))
@@ -330,25 +330,29 @@ def test_the_parse_has_a_core_of_its_own_while_it_runs_and_gives_it_back(
 
     def load() -> None:
         seen["loader, started"] = os.sched_getaffinity(0)
+        started.set()
         assert loaded.wait(10)
-        seen["loader, after the parse"] = os.sched_getaffinity(0)
 
     monkeypatch.setenv("DAYCLOSE_STATE_DIR", str(tmp_path))
     monkeypatch.setenv("DAYCLOSE_DUCKDB", str(tmp_path / "w.duckdb"))
     monkeypatch.setattr(dbt_runner, "_import_and_parse", parse)
+    target = resolve_target("duckdb")
+    loader = threading.Thread(target=load)
     try:
-        dbt_runner.prepare(resolve_target("duckdb"))
+        dbt_runner.prepare(target)
         assert parsing.wait(10)
         seen["caller"] = os.sched_getaffinity(0)
-        loader = threading.Thread(target=load)
         loader.start()
+        assert started.wait(10)
         parsed.set()
+        dbt_runner._parse.thread.join(10)  # the parse ended; the run has not taken it yet
+        seen["loader, the parse ended"] = os.sched_getaffinity(loader.native_id)
+        seen["caller, the parse ended"] = os.sched_getaffinity(0)
+        os.sched_setaffinity(loader.native_id, others)  # as if started during the parse's sweep
         dbt_runner.finish_preparing()
-        seen["caller, after the parse"] = os.sched_getaffinity(0)
+        seen["loader, the run took the parse"] = os.sched_getaffinity(loader.native_id)
         loaded.set()
         loader.join()
-        # a night (dbt's partial-parse state there): nothing lent
-        target = resolve_target("duckdb")
         target.dbt_target_dir.mkdir(parents=True, exist_ok=True)
         (target.dbt_target_dir / "partial_parse.msgpack").write_bytes(b"")
         parsed.clear()
@@ -359,13 +363,17 @@ def test_the_parse_has_a_core_of_its_own_while_it_runs_and_gives_it_back(
         parsed.set()
         dbt_runner.finish_preparing()
     finally:
+        loaded.set()
+        parsed.set()
+        dbt_runner.finish_preparing()
         os.sched_setaffinity(0, cpus)
     assert parses == [parse_cpu, set(cpus)]
     assert seen == {
         "caller": others,
         "loader, started": others,
-        "caller, after the parse": set(cpus),
-        "loader, after the parse": set(cpus),
+        "loader, the parse ended": set(cpus),
+        "caller, the parse ended": set(cpus),
+        "loader, the run took the parse": set(cpus),
         "caller, a night": set(cpus),
     }
 
