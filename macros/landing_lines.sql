@@ -195,6 +195,7 @@ select * from final
     'received_at', entry['event_at'], entry['event_date']] + value_columns -%}
 {%- set order_columns = (dayclose.arrival_order() | trim).split(', ') -%}
 {%- set lookup = dayclose.registry_lookup(keys) -%}
+{%- set rank_by = keys if is_incremental() else ['event_hash'] -%}
 
 with
 
@@ -270,11 +271,14 @@ candidates as (
 copied as (
 
     -- the events with more than one candidate, the only ones ranked: most events have one
-    -- (a window over every candidate sorted them all); found by their hash, a bigint, which
-    -- groups and joins faster than the keys (an event that only shares its hash with another
-    -- is ranked too, alone in its keys' partition)
-    select event_hash from candidates
-    group by event_hash
+    -- (a window over every candidate sorted them all). On a first build every candidate's
+    -- hash is computed here from its keys, so they are found by it, a bigint, which groups
+    -- and joins faster than the keys (3 M lines: 0.78 -> 0.53 s of the grouping; an event that
+    -- only shares its hash with another is ranked too, alone in its keys' partition); a
+    -- night's candidates include registered rows, whose stored hash only served to find them,
+    -- so they are grouped by their keys
+    select {{ rank_by | join(', ') }} from candidates
+    group by {{ rank_by | join(', ') }}
     having count(*) > 1
 
 ),
@@ -288,8 +292,8 @@ ranked as (
 
     from candidates
     left join copied
-        on candidates.event_hash = copied.event_hash
-    where copied.event_hash is null
+        on {{ dayclose.keys_equal(rank_by, 'candidates', 'copied') }}
+    where copied.{{ rank_by[0] }} is null
 
     union all
 
@@ -304,7 +308,7 @@ ranked as (
 
     from candidates
     inner join copied
-        on candidates.event_hash = copied.event_hash
+        on {{ dayclose.keys_equal(rank_by, 'candidates', 'copied') }}
 
 ),
 

@@ -77,9 +77,10 @@
     by one integer column instead of their text keys. From md5 because every engine and
     version computes it the same way (an engine's own fast hash may change between
     versions, and a registry keeps its hashes for years). Two keys sharing a hash are
-    harmless where it is used (registry_lookup, first_arrivals' copied events). Another engine
-    gets dbt's hash (md5 text): the same use. The registry's stored hashes are compared with
-    new ones: an expression changed here needs the column computed again (add_event_hash).
+    harmless where it is used (registry_lookup, a first build's copied events in
+    first_arrivals). Another engine gets dbt's hash (md5 text): the same use. The registry's
+    stored hashes are looked up by new ones: an expression changed here needs the column
+    computed again (add_event_hash).
 #}
 {% macro event_hash(keys) -%}
     {%- set parts = [] -%}
