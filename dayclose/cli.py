@@ -7,11 +7,7 @@ an exit code; `--debug` shows the traceback as well.
 from __future__ import annotations
 
 import argparse
-import atexit
-import gc
-import os
 import sys
-import threading
 import traceback
 from pathlib import Path
 from typing import NoReturn
@@ -196,41 +192,9 @@ def main(argv: list[str] | None = None) -> int:
         show_progress(None)
 
 
-# Python's cyclic garbage collector looks at the young objects after every 700 new container
-# objects: dbt's parse and build make millions (its project, each node's context), so a night
-# collected 770 times, 0.28 s in all; every 100,000, 5 times, 0.12 s (the older generations
-# keep Python's default, 10 and 10: a night never reaches them either way). On a 2-core
-# machine, before and after taking turns (30 days of 100,000 sales): a night 4.01-4.18 s ->
-# 3.88-4.03 s (eight pairs, medians 4.12 -> 3.94 s), a first build 15.35-16.41 s ->
-# 15.13-15.78 s (four pairs, medians 15.73 -> 15.60 s), its peak memory the same (2.2-2.4 GB,
-# DuckDB's). For the commands that run dbt only: the long-running stream commands keep
-# Python's default, and so does a Prefect flow run.
-GC_THRESHOLDS = (100_000, 10, 10)
-DBT_COMMANDS = frozenset({"run", "restate", "demo"})
-
-
 def entry() -> NoReturn:
-    """The console script (and `python -m dayclose.cli`): main, then a quick exit.
-
-    A command that runs dbt collects garbage less often (GC_THRESHOLDS).
-
-    Python's own exit frees, one by one, every object the run made, dbt's parsed project
-    among them: 1.3 s of a 17 s night on a 2-core machine. Once the other threads are done,
-    the exit handlers have run (logging's and dbt's among them) and the output is flushed,
-    nothing of the run is left to write, so the process ends at once with main's code. An
-    error main does not handle still ends the usual way, with its traceback.
-    """
-    argv = sys.argv[1:]
-    if next((word for word in argv if not word.startswith("-")), None) in DBT_COMMANDS:
-        gc.set_threshold(*GC_THRESHOLDS)
-    code = main(argv)
-    for thread in threading.enumerate():
-        if thread is not threading.main_thread() and not thread.daemon:
-            thread.join()
-    atexit._run_exitfuncs()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code or 0)
+    """The console script (and `python -m dayclose.cli`)."""
+    sys.exit(main(sys.argv[1:]))
 
 
 if __name__ == "__main__":

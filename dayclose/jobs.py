@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
+from concurrent import futures
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from functools import lru_cache
@@ -81,7 +82,7 @@ class _Run:
     summary: RunSummary
     landing: Path | None
     project_vars: dict  # dbt --vars: only overrides (other --vars make dbt re-parse the project)
-    invoker: dbt.Invoker | None
+    runner: dbt.RunnerFactory | None
     quiet: bool
     step: StepRunner
     require_complete: bool = False
@@ -94,7 +95,7 @@ def run_nightly(
     landing: Path,
     as_of: datetime,
     window_days: int | None = None,
-    invoker: dbt.Invoker | None = None,
+    runner: dbt.RunnerFactory | None = None,
     quiet: bool = False,
     lock_timeout: float = 0.0,
     require_complete: bool = False,
@@ -108,7 +109,7 @@ def run_nightly(
     summary.window_days = days
     summary.run_id = run_id or summary.run_id
     overrides = {f"{src.name}_window_days": days} if window_days else {}
-    run = _Run(src, target, summary, landing, overrides, invoker, quiet, step, require_complete)
+    run = _Run(src, target, summary, landing, overrides, runner, quiet, step, require_complete)
     return _locked(run, lock_timeout)
 
 
@@ -120,7 +121,7 @@ def restate(
     reason: str,
     landing: Path | None = None,
     as_of: datetime | None = None,
-    invoker: dbt.Invoker | None = None,
+    runner: dbt.RunnerFactory | None = None,
     quiet: bool = False,
     lock_timeout: float = 0.0,
     step: StepRunner = direct,
@@ -143,7 +144,7 @@ def restate(
     summary = RunSummary(job_name, target.name, as_of, window, LoadReport(src.name, as_of), kind="restate")
     summary.window_days = (window[1] - start).days
     summary.run_id = run_id or summary.run_id
-    run = _Run(src, target, summary, landing, {}, invoker, quiet, step, reason=reason)
+    run = _Run(src, target, summary, landing, {}, runner, quiet, step, reason=reason)
     return _locked(run, lock_timeout)
 
 
@@ -152,7 +153,7 @@ def _locked(run: _Run, lock_timeout: float) -> RunSummary:
     summary = run.summary
     started = utc_now()
     clock = time.monotonic()
-    with run_lock(run.target, summary.job, lock_timeout):
+    with dbt.environment(dbt.dbt_env(run.target)), run_lock(run.target, summary.job, lock_timeout):
         summary.step_seconds["lock"] = time.monotonic() - clock
         try:
             _steps(run)
@@ -191,14 +192,15 @@ def _steps(run: _Run) -> None:
     if summary.missing_markers:
         summary.status = "waiting for completeness markers"
         return
-    dbt.prepare(run.target, run.project_vars, own_runner=run.invoker is not None)
+    # dbt parses the project while the batches load; the build runs on that parse
+    parsed = dbt.start_parse(run.target, run.project_vars)
     try:
-        _load_build_publish(run)
+        _load_build_publish(run, parsed.result)
     finally:
-        dbt.finish_preparing()  # a run that stopped before its dbt step leaves no parse behind
+        futures.wait([parsed])  # never a parse left running after its run: dbt runs one at a time
 
 
-def _load_build_publish(run: _Run) -> None:
+def _load_build_publish(run: _Run, manifest: Callable[[], Any]) -> None:
     summary, target = run.summary, run.target
     before = published_total(target, run.source, summary.window) if run.reason is not None else None
     if run.landing is not None:
@@ -226,7 +228,8 @@ def _load_build_publish(run: _Run) -> None:
         summary.window,
         summary.as_of,
         variables,
-        run.invoker,
+        run.runner,
+        manifest,
         run.quiet,
     )
     with Warehouse(target) as wh:
@@ -299,7 +302,8 @@ def build_step(
     window: tuple[date, date],
     as_of: datetime,
     extra_vars: dict,
-    invoker: dbt.Invoker | None,
+    runner: dbt.RunnerFactory | None,
+    manifest: Callable[[], Any],
     quiet: bool,
 ) -> dbt.DbtOutcome:
     """dbt build of the job's models and gates for the window's days (idempotent: safe to retry)."""
@@ -314,7 +318,8 @@ def build_step(
         extra_vars=overrides,
         quiet=quiet,
     )
-    outcome = dbt.invoke(target, args, invoker, run_vars=run_vars)
+    with dbt.environment(dbt.run_env(run_vars)):
+        outcome = dbt.invoke(args, runner, manifest())
     if outcome.error and not outcome.nodes:
         raise RuntimeError(f"dbt could not run: {outcome.error}")
     return outcome

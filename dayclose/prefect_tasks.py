@@ -4,7 +4,7 @@ The flows call dayclose.jobs exactly as the CLI does; they pass
 - a step runner that makes each step a Prefect task (load and build retry with
   exponential backoff and jitter; every step is idempotent, so a retry can never
   double a number), and
-- prefect-dbt's PrefectDbtRunner as the dbt invoker, so each dbt node is a task
+- prefect-dbt's PrefectDbtRunner as the dbt runner, so each dbt node is a task
   with its own logs.
 A run that finds completeness markers missing books a follow-up run of its own deployment
 (same parameters, the night's as-of pinned) DAYCLOSE_WAIT_FOR_MARKERS_MINUTES later and
@@ -56,15 +56,18 @@ def task_step(name: str, fn: Callable[..., Any], *args: Any) -> Any:
     return task(fn, **options)(*args)
 
 
-def dbt_invoker(target: Target) -> Callable[[list[str]], Any]:
-    """prefect-dbt's runner: each dbt node becomes a task of the flow run, with its logs."""
+def dbt_runner(target: Target) -> Callable[[Any], Callable[[list[str]], Any]]:
+    """prefect-dbt's runner on the run's parsed manifest: each dbt node a task of the flow run."""
     from prefect_dbt import PrefectDbtRunner, PrefectDbtSettings
 
     settings = PrefectDbtSettings(
         project_dir=PROJECT_DIR, profiles_dir=profiles_dir(target), target_path=target.dbt_target_dir
     )
-    runner = PrefectDbtRunner(settings=settings, raise_on_failure=False)
-    return runner.invoke
+
+    def runner(manifest: Any) -> Callable[[list[str]], Any]:
+        return PrefectDbtRunner(settings=settings, manifest=manifest, raise_on_failure=False).invoke
+
+    return runner
 
 
 def flow_run_id() -> str | None:
@@ -107,7 +110,7 @@ def nightly_flow_body(
         resolved,
         Path(landing),
         parse_as_of(as_of),
-        invoker=dbt_invoker(resolved),
+        runner=dbt_runner(resolved),
         quiet=True,
         lock_timeout=lock_timeout_seconds,
         require_complete=require_complete,
@@ -137,7 +140,7 @@ def restate_flow_body(
         reason,
         landing=Path(landing) if landing else None,
         as_of=parse_as_of(as_of, "as_of") if as_of else None,
-        invoker=dbt_invoker(resolved),
+        runner=dbt_runner(resolved),
         quiet=True,
         lock_timeout=lock_timeout_seconds,
         step=task_step,

@@ -8,9 +8,7 @@ never skips: if no server can be had, it errors.
 
 from __future__ import annotations
 
-import atexit
 import os
-import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -25,11 +23,6 @@ from dayclose.settings import Target, resolve_target
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DO_NOT_TRACK", "1")
-if "DAYCLOSE_CACHE_DIR" not in os.environ:
-    # dbt's compiled templates and config schemas (dayclose/dbt_cache.py): the session's own,
-    # empty at its start, shared by the runs it starts (in this process and in children)
-    os.environ["DAYCLOSE_CACHE_DIR"] = tempfile.mkdtemp(prefix="dayclose-cache-")
-    atexit.register(shutil.rmtree, os.environ["DAYCLOSE_CACHE_DIR"], True)
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,6 @@ expected, a distinct non-zero exit code, no traceback (unless --debug)."""
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
@@ -12,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from dayclose.cli import GC_THRESHOLDS
 from dayclose.errors import EXIT_CONFIG, EXIT_NOT_FOUND, EXIT_UNAVAILABLE, EXIT_USAGE
 from dayclose.settings import Target, block_memory, dbt_env, postgres_options
 
@@ -148,59 +146,3 @@ def test_duckdbs_kept_block_memory_is_2gb_or_a_quarter_of_a_smaller_machine(
     assert dbt_env(duckdb)["DAYCLOSE_DUCKDB_BLOCK_MEMORY"] == block_memory()
     monkeypatch.setenv("DAYCLOSE_DUCKDB_BLOCK_MEMORY", "300MB")
     assert dbt_env(duckdb)["DAYCLOSE_DUCKDB_BLOCK_MEMORY"] == "300MB"
-
-
-def test_the_quick_exit_keeps_the_code_the_output_and_the_exit_handlers(tmp_path: Path) -> None:
-    """`entry` ends the process without Python's slow teardown, but only after main's output is
-    flushed (stdout to a pipe is block-buffered), a thread still working has finished and the
-    exit handlers have run; the exit code is main's."""
-    handler, worker = tmp_path / "handler-ran", tmp_path / "thread-done"
-    script = f"""
-import atexit, pathlib, threading, time
-import dayclose.cli as cli
-
-def main(argv):
-    atexit.register(pathlib.Path({str(handler)!r}).write_text, "yes")
-    work = lambda: (time.sleep(0.5), pathlib.Path({str(worker)!r}).write_text("yes"))
-    threading.Thread(target=work).start()
-    print("summary line")
-    return 3
-
-cli.main = main
-cli.entry()
-print("not reached")
-"""
-    buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, env=buffered, timeout=120
-    )
-    assert done.returncode == 3, done.stderr
-    assert done.stdout == "summary line\n"
-    assert handler.read_text() == "yes" and worker.read_text() == "yes"
-
-
-def test_a_command_that_runs_dbt_collects_garbage_less_often() -> None:
-    """`entry` sets GC_THRESHOLDS before main runs a command that runs dbt (its parse and build
-    make millions of objects); the other commands, the long-running stream monitor among them,
-    keep Python's default."""
-    script = """
-import gc, json, sys
-import dayclose.cli as cli
-default = gc.get_threshold()
-cli.main = lambda argv: print(json.dumps([argv, default, gc.get_threshold()])) or 0
-cli.entry()
-"""
-
-    def thresholds(*argv: str) -> tuple[list, tuple, tuple]:
-        done = subprocess.run(
-            [sys.executable, "-c", script, *argv], capture_output=True, text=True, timeout=120, check=True
-        )
-        given, default, during = json.loads(done.stdout)
-        return given, tuple(default), tuple(during)
-
-    for argv in (["run", "sales", "--landing", "x"], ["--debug", "restate", "sales"], ["demo"]):
-        given, default, during = thresholds(*argv)
-        assert given == argv and during == GC_THRESHOLDS and during[0] > default[0]
-    for argv in (["monitor", "--worker", "0", "--of", "2"], ["generate", "sales"], ["--debug"]):
-        given, default, during = thresholds(*argv)
-        assert given == argv and during == default
