@@ -14,10 +14,13 @@ from typing import NoReturn
 
 from dayclose.console import show_progress, stderr_progress
 from dayclose.dates import parse_as_of, parse_date
-from dayclose.errors import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_USAGE, DaycloseError
+from dayclose.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_NOT_FOUND, EXIT_USAGE, DaycloseError
 from dayclose.settings import TARGETS, resolve_target
 from dayclose.sources import SOURCES
 from dayclose.stream.cli import add_commands
+
+# the optional packages of the operators' streaming path (pip install 'dayclose[stream]')
+STREAM_PACKAGES = frozenset({"nats", "numba", "msgspec"})
 
 
 def existing_folder(text: str, what: str = "--landing") -> Path:
@@ -185,6 +188,15 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print(f"dayclose {args.command}: {exc}", file=sys.stderr)
         return exc.exit_code
+    except ModuleNotFoundError as exc:
+        if exc.name not in STREAM_PACKAGES:
+            raise
+        print(
+            f"dayclose {args.command}: the operators' streaming path needs the package {exc.name}: "
+            "install dayclose[stream] (pip install -e '.[stream]')",
+            file=sys.stderr,
+        )
+        return EXIT_CONFIG
     except KeyboardInterrupt:
         print(f"dayclose {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -146,3 +146,34 @@ def test_duckdbs_kept_block_memory_is_2gb_or_a_quarter_of_a_smaller_machine(
     assert dbt_env(duckdb)["DAYCLOSE_DUCKDB_BLOCK_MEMORY"] == block_memory()
     monkeypatch.setenv("DAYCLOSE_DUCKDB_BLOCK_MEMORY", "300MB")
     assert dbt_env(duckdb)["DAYCLOSE_DUCKDB_BLOCK_MEMORY"] == "300MB"
+
+
+def test_the_nightly_job_imports_none_of_the_streaming_packages() -> None:
+    """`pip install dayclose` is the nightly job: the CLI, the job, the flows' steps and the
+    report load without nats-py, numba or msgspec (the `[stream]` extra), and a streaming
+    command without them is one line naming the extra."""
+    script = """
+import sys
+import dayclose.cli, dayclose.jobs, dayclose.prefect_tasks, dayclose.report
+dayclose.cli.build_parser()
+print(sorted({'nats', 'numba', 'msgspec'} & {m.split('.')[0] for m in sys.modules}))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+    hidden = """
+import sys
+from dayclose.cli import main
+class Hide:
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] == 'nats':
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, Hide())
+sys.exit(main(['stream', 'setup']))
+"""
+    done = subprocess.run([sys.executable, "-c", hidden], capture_output=True, text=True, timeout=120)
+    assert done.returncode == EXIT_CONFIG, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "dayclose stream: the operators' streaming path needs the package nats: "
+        "install dayclose[stream] (pip install -e '.[stream]')"
+    ]

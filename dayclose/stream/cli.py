@@ -11,14 +11,9 @@ import asyncio
 import signal
 from pathlib import Path
 
+from dayclose.console import stderr_progress
 from dayclose.settings import PROJECT_DIR, TARGETS
 from dayclose.stream.config import settings
-
-
-def _progress(message: str) -> None:
-    from dayclose.cli import stderr_progress
-
-    stderr_progress(message)
 
 
 def _positive_float(text: str) -> float:
@@ -96,7 +91,7 @@ def _simulate(args: argparse.Namespace) -> int:
         clock_offset_s=s.clock_offset_s,
     )
     out = Path(args.out)
-    plants = asyncio.run(simulate(s, scenario, out, log=_progress))
+    plants = asyncio.run(simulate(s, scenario, out, log=stderr_progress))
     t = plants.truth
     print(
         f"published {t.readings:,} readings in {t.messages:,} messages ({t.garbage_messages} garbage, "
@@ -115,7 +110,7 @@ def _monitor(args: argparse.Namespace) -> int:
         if args.idle_exit:
             forward += ["--idle-exit", str(args.idle_exit)]
         forward += ["--from", args.start]
-        return supervise(args.workers, forward, log=_progress)
+        return supervise(args.workers, forward, log=stderr_progress)
     worker, of = (0, 1) if args.worker is None else (args.worker, args.of)
     stats = Path(args.stats) if args.stats else None
     return monitor_main(
@@ -125,7 +120,7 @@ def _monitor(args: argparse.Namespace) -> int:
         args.target,
         args.idle_exit,
         stats,
-        log=_progress,
+        log=stderr_progress,
         from_new=args.start == "new",
     )
 
@@ -141,7 +136,7 @@ def _archive(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        return await archiver.run(stop, idle_exit=args.idle_exit, log=_progress)
+        return await archiver.run(stop, idle_exit=args.idle_exit, log=stderr_progress)
 
     stats = asyncio.run(main())
     print(
