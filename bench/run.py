@@ -218,12 +218,14 @@ def bulk_load(engine: str, landing: Path, workdir: Path) -> dict:
 
 def loader_throughput(engine: str, landing: Path, workdir: Path) -> dict:
     from dayclose.loader import load_source
-    from dayclose.sources import SALES
+    from dayclose.sources import source
     from dayclose.warehouse import Warehouse
 
     with fresh_target(engine, workdir) as target, Warehouse(target) as wh:
         clock = Timer()
-        report = load_source(wh, SALES, landing, datetime(2100, 1, 1), progress=lambda m: log("  " + m))
+        report = load_source(
+            wh, source("sales"), landing, datetime(2100, 1, 1), progress=lambda m: log("  " + m)
+        )
         seconds = clock.seconds
     return {
         "seconds": seconds,
@@ -241,7 +243,7 @@ from pathlib import Path
 from bench.common import fresh_target
 from bench.memory import own_peak_mib
 from dayclose.loader import load_source
-from dayclose.sources import SALES
+from dayclose.sources import source
 from dayclose.warehouse import Warehouse
 
 if __name__ == '__main__':
@@ -249,7 +251,7 @@ if __name__ == '__main__':
     with fresh_target(engine, workdir) as t:
         with Warehouse(t) as wh:
             started = time.perf_counter()
-            r = load_source(wh, SALES, landing, datetime(2100, 1, 1),
+            r = load_source(wh, source("sales"), landing, datetime(2100, 1, 1),
                             progress=lambda m: print('progress', m, flush=True))
             seconds = time.perf_counter() - started
         size = t.duckdb_path.stat().st_size if t.duckdb_path else None

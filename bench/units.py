@@ -76,7 +76,7 @@ def nightly(target, landing: Path, what: str) -> dict:
 
 def case(engine: str, landing: Path, workdir: Path, rerun: bool = True) -> dict:
     from dayclose.loader import load_source
-    from dayclose.sources import UNITS
+    from dayclose.sources import source
     from dayclose.warehouse import Warehouse
 
     r: dict = {}
@@ -85,7 +85,7 @@ def case(engine: str, landing: Path, workdir: Path, rerun: bool = True) -> dict:
         with Warehouse(target) as wh:
             clock = Timer()
             with ticking(f"{engine} load", every=30):
-                report = load_source(wh, UNITS, landing, AS_OF, progress=lambda m: log("  " + m))
+                report = load_source(wh, source("units"), landing, AS_OF, progress=lambda m: log("  " + m))
             r["load"] = {
                 "seconds": clock.seconds,
                 "lines": report.rows_loaded,

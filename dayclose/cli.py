@@ -16,7 +16,7 @@ from dayclose.console import show_progress, stderr_progress
 from dayclose.dates import parse_as_of, parse_date
 from dayclose.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_NOT_FOUND, EXIT_USAGE, DaycloseError
 from dayclose.settings import TARGETS, resolve_target
-from dayclose.sources import SOURCES
+from dayclose.sources import sources
 from dayclose.stream.cli import add_commands
 
 # the optional packages of the operators' streaming path (pip install 'dayclose[stream]')
@@ -124,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
     sub = parser.add_subparsers(dest="command", required=True)
-    jobs = sorted(SOURCES)
+    jobs = sorted(sources())
 
     gen = sub.add_parser("generate", help="write synthetic landing batches")
     gen.add_argument("source", choices=jobs)

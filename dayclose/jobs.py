@@ -18,11 +18,8 @@ from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, TypeVar
-
-import yaml
 
 from dayclose import dbt_runner as dbt
 from dayclose.audit import audit_row, record_restatement, record_run
@@ -38,24 +35,12 @@ from dayclose.publish import (
     published_total,
 )
 from dayclose.runlock import run_lock
-from dayclose.settings import PROJECT_DIR, Target
-from dayclose.sources import Source, source
+from dayclose.settings import Target
+from dayclose.sources import Source, project_vars, source
 from dayclose.summary import RunSummary, read_back
 from dayclose.warehouse import Warehouse
 
 FIRST_BUILD_LOOKBACK_DAYS = 31
-
-
-@lru_cache(maxsize=1)
-def project_vars() -> dict:
-    """The vars of dbt_project.yml: the one place the windows and thresholds are set."""
-    with open(PROJECT_DIR / "dbt_project.yml") as fh:
-        return yaml.safe_load(fh)["vars"]
-
-
-def configured_window_days(name: str) -> int:
-    """The nightly window of a source, as dbt_project.yml sets it (landing_sources)."""
-    return int(project_vars()["landing_sources"][name]["window_days"])
 
 
 def window_for(as_of: datetime, window_days: int) -> tuple[date, date]:
@@ -104,7 +89,7 @@ def run_nightly(
 ) -> RunSummary:
     """The nightly job: lock, (completeness), load, build and gate the window, publish, record."""
     src = source(job_name)
-    days = window_days or configured_window_days(src.name)
+    days = window_days or src.window_days
     summary = RunSummary(job_name, target.name, as_of, window_for(as_of, days), LoadReport(src.name, as_of))
     summary.window_days = days
     summary.run_id = run_id or summary.run_id
@@ -275,12 +260,12 @@ def _publish(run: _Run) -> None:
 
 def _days_held(target: Target, src: Source, summary: RunSummary) -> frozenset[date]:
     """The days of the window with a conflicting copy (its day and its first arrival's day)."""
-    day = project_vars()["landing_sources"][src.name]["event_date"]
+    day = src.event_date
     with Warehouse(target) as wh:
-        if not wh.relation_exists(target.schema, f"{src.name}_conflicting_copies"):
+        if not wh.relation_exists(target.schema, src.conflicting_copies):
             return frozenset()
         rows = wh.query(
-            f"select {day}, first_{day} from {target.schema}.{src.name}_conflicting_copies "
+            f"select {day}, first_{day} from {target.schema}.{src.conflicting_copies} "
             f"where {day} >= %s and {day} < %s",
             summary.window,
         )
@@ -399,7 +384,7 @@ def _first_build_window(
     restated explicitly.
     """
     window = summary.window
-    event_at = project_vars()["landing_sources"][src.name]["event_at"]
+    event_at = src.event_at
     if published_runs and wh.relation_exists(target.schema, src.mart):
         return window
     raw = f"{target.landing_schema}.{src.table}"

@@ -20,7 +20,7 @@ from typing import Any
 from dayclose.errors import EXIT_NOT_FOUND, DaycloseError
 from dayclose.publish import readers_file
 from dayclose.settings import Target
-from dayclose.sources import SOURCES
+from dayclose.sources import sources
 from dayclose.warehouse import postgres_connect
 
 RECENT_DAYS = 14
@@ -138,7 +138,7 @@ def lateness_chart(db: Published, out: Path) -> str | None:
 def completeness_chart(db: Published, out: Path) -> str | None:
     """Expected completeness of the most recent days of each source's daily mart."""
     series = []
-    for source in SOURCES.values():
+    for source in sources().values():
         if not db.has(source.mart):
             continue
         rows = db.query(
@@ -176,7 +176,7 @@ def completeness_chart(db: Published, out: Path) -> str | None:
 def dead_letter_chart(db: Published, out: Path) -> str | None:
     """Dead letters by kind and arrival day, per source (stacked)."""
     rows = []
-    for source in SOURCES.values():
+    for source in sources().values():
         if db.has(source.dead_letter_counts):
             rows += [
                 (source.name, d, k, int(n))

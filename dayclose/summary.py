@@ -11,7 +11,7 @@ from datetime import date, datetime, timedelta
 
 from dayclose import dbt_runner as dbt
 from dayclose.loader import LoadReport, pending_summary
-from dayclose.sources import SOURCES, Source
+from dayclose.sources import Source, sources
 from dayclose.warehouse import Warehouse
 
 
@@ -50,7 +50,7 @@ class RunSummary:
 
     @property
     def source(self) -> Source:
-        return SOURCES[self.job]
+        return sources()[self.job]
 
     @property
     def ok(self) -> bool:

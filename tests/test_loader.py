@@ -15,7 +15,7 @@ from dayclose.loader import check as check_module
 from dayclose.loader import ensure_landing, load_source, prepass
 from dayclose.loader import load as load_module
 from dayclose.settings import Target
-from dayclose.sources import SALES
+from dayclose.sources import source
 from dayclose.warehouse import Warehouse
 from tests.helpers import sale, ts, write_batch, write_raw_batch
 
@@ -46,7 +46,7 @@ def test_batches_are_written_together_numbered_per_file_and_a_failing_one_is_ref
     monkeypatch.setattr(load_module, "check_batch", check_then_change)
     monkeypatch.setattr(load_module, "ingest_files", ingest)
     with Warehouse(engine) as wh:
-        report = load_source(wh, SALES, landing, ts("2026-11-24T00:30"), progress=None)
+        report = load_source(wh, source("sales"), landing, ts("2026-11-24T00:30"), progress=None)
         schema = engine.landing_schema
         rows = wh.query(f"select batch_id, line_number, raw_line from {schema}.sale_lines")
         ledger = dict(wh.query(f"select batch_id, status from {schema}.load_ledger"))
@@ -112,7 +112,7 @@ def test_groups_are_written_two_at_a_time_each_numbering_its_own_lines(
 
     def load() -> tuple[dict[str, str], list[tuple[str, int, str]]]:
         with Warehouse(engine) as wh:
-            report = load_source(wh, SALES, landing, ts("2026-11-24T00:30"), progress=None)
+            report = load_source(wh, source("sales"), landing, ts("2026-11-24T00:30"), progress=None)
             rows = wh.query(f"select batch_id, line_number, raw_line from {engine.landing_schema}.sale_lines")
         return {r.batch_id: r.status for r in report.results}, rows
 
@@ -163,7 +163,7 @@ def test_many_batches_are_checked_by_a_child_process_and_load_as_those_checked_h
     def load(process_from: int) -> tuple[list, list, list]:
         monkeypatch.setattr(load_module, "CHECK_PROCESS_FROM", process_from)
         with Warehouse(engine) as wh:
-            report = load_source(wh, SALES, landing, ts("2026-11-24T00:30"), progress=None)
+            report = load_source(wh, source("sales"), landing, ts("2026-11-24T00:30"), progress=None)
             rows = wh.query(
                 f"select batch_id, file_name, line_number, raw_line, raw_line_hex, byte_error "
                 f"from {schema}.sale_lines order by 1, 2, 3"
@@ -240,7 +240,7 @@ def test_a_check_process_that_fails_or_ends_stops_the_load_before_anything_is_wr
     checked_by(program, landing, monkeypatch)
     with Warehouse(engine) as wh:
         with pytest.raises(check_module.CheckProcessFailed, match=message):
-            load_source(wh, SALES, landing, ts("2026-11-24T00:30"), progress=None)
+            load_source(wh, source("sales"), landing, ts("2026-11-24T00:30"), progress=None)
         assert wh.scalar(f"select count(*) from {engine.landing_schema}.load_ledger") == 0
         assert wh.scalar(f"select count(*) from {engine.landing_schema}.sale_lines") == 0
 
@@ -265,7 +265,7 @@ def test_the_check_process_error_reaches_the_loader_after_more_requests_were_sen
     monkeypatch.setattr(load_module, "ingest_files", slow_ingest)
     failed = pytest.raises(check_module.CheckProcessFailed, match="disk on fire at 2026-11-23T05")
     with Warehouse(engine) as wh, failed:
-        load_source(wh, SALES, landing, ts("2026-11-24T00:30"), progress=None)
+        load_source(wh, source("sales"), landing, ts("2026-11-24T00:30"), progress=None)
 
 
 PRINT_WHILE_CHECKING = """
@@ -284,7 +284,7 @@ def test_what_the_check_process_prints_does_not_mix_with_its_answers(
 ) -> None:
     checked_by(PRINT_WHILE_CHECKING, landing, monkeypatch)
     with Warehouse(engine) as wh:
-        report = load_source(wh, SALES, landing, ts("2026-11-24T00:30"), progress=None)
+        report = load_source(wh, source("sales"), landing, ts("2026-11-24T00:30"), progress=None)
     assert [r.batch_id for r in report.loaded] == HOURS
     assert capfd.readouterr().err.split("\n")[: len(HOURS)] == [f"checking {h}" for h in HOURS]
 
@@ -315,7 +315,7 @@ def test_duckdb_writes_under_the_loaders_memory_cap_and_gets_its_setting_back(
     monkeypatch.setattr(load_module, "ingest_files", ingest)
     with Warehouse(engine) as wh:
         before = wh.scalar(limit)
-        report = load_source(wh, SALES, landing, ts("2026-11-24T00:30"), progress=None)
+        report = load_source(wh, source("sales"), landing, ts("2026-11-24T00:30"), progress=None)
         after = wh.scalar(limit)
     assert report.rows_loaded == 3
     expected = "512.0 MiB" if configured else "244.1 MiB"  # 256MB = 256,000,000 bytes
@@ -361,7 +361,7 @@ def test_duckdb_keeps_raw_lines_by_zstd_where_the_files_format_has_it(
     for hour in HOURS:
         write_batch(landing, hour, [line for line in lines if f'"{hour}/' in line])
     with Warehouse(engine) as wh:
-        report = load_source(wh, SALES, landing, ts("2026-11-24T00:30"), progress=None)
+        report = load_source(wh, source("sales"), landing, ts("2026-11-24T00:30"), progress=None)
         wh.execute("checkpoint")
         relation = f"{engine.landing_schema}.sale_lines"
         methods = {

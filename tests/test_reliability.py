@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from dayclose import dbt_runner as dbt
-from dayclose import jobs
+from dayclose import sources
 from dayclose.generate import generate_sales, read_sales_truth
 from dayclose.jobs import run_nightly
 from dayclose.publish import readers_file
@@ -82,7 +82,7 @@ def test_conflicting_resend_counts_its_first_arrival_and_publishes_the_rest(
     assert '"10.00"' in conflict[5] and '"90000.00"' in conflict[6]
 
     # holding back the days concerned: Monday keeps its previous numbers, Sunday is published
-    monkeypatch.setitem(jobs.project_vars(), "hold_days_with_conflicting_copies", True)
+    monkeypatch.setitem(sources.project_vars(), "hold_days_with_conflicting_copies", True)
     write_batch(
         landing,
         "2026-11-23T16",
@@ -310,7 +310,7 @@ def test_missed_nights_are_caught_up_and_readers_told_the_truth(
     ]
 
     # a week down, with catch-up limited to 2 days: older days are listed, and final for readers
-    monkeypatch.setitem(jobs.project_vars(), "catch_up_max_days", 2)
+    monkeypatch.setitem(sources.project_vars(), "catch_up_max_days", 2)
     late = run(engine, landing, "2026-11-28T00:30")  # window Nov 24 .. 27
     assert late.ok, late.lines()
     assert late.window[0] == date(2026, 11, 22)

@@ -50,7 +50,7 @@ from dayclose.loader.ingest import (
     ingest_files,
     put_back,
 )
-from dayclose.sources import SOURCES, Source
+from dayclose.sources import Source, sources
 from dayclose.warehouse import Warehouse
 
 RECHECK_DAYS = 35  # loaded batches younger than this are checked for a changed manifest
@@ -389,7 +389,7 @@ def load_source(
     nightly cost does not grow with the landing's history.
     """
     started = time.monotonic()
-    ensure_landing(wh, [s.table for s in SOURCES.values()])
+    ensure_landing(wh, [s.table for s in sources().values()])
     report = LoadReport(source.name, as_of)
     batches, report.problems = discover(landing, source.name, as_of)
     loaded = dict(
