@@ -189,3 +189,9 @@ def invoke(args: list[str], runner: RunnerFactory | None = None, manifest: Any =
     if getattr(result, "exception", None) is not None:
         error = str(result.exception)
     return DbtOutcome(success=bool(result.success), nodes=nodes, error=error)
+
+
+def run_command(target: Target, command: list[str], run_vars: dict[str, Any] | None = None) -> DbtOutcome:
+    """One dbt command against `target` outside a run (`docs generate`, the dbt unit tests)."""
+    with environment(run_environment(target, run_vars)):
+        return invoke(dbt_args(target, command, quiet=True))

@@ -138,7 +138,7 @@ def _locked(run: _Run, lock_timeout: float) -> RunSummary:
     summary = run.summary
     started = utc_now()
     clock = time.monotonic()
-    with dbt.environment(dbt.dbt_env(run.target)), run_lock(run.target, summary.job, lock_timeout):
+    with run_lock(run.target, summary.job, lock_timeout), dbt.environment(dbt.dbt_env(run.target)):
         summary.step_seconds["lock"] = time.monotonic() - clock
         try:
             _steps(run)
@@ -303,7 +303,7 @@ def build_step(
         extra_vars=overrides,
         quiet=quiet,
     )
-    with dbt.environment(dbt.run_env(run_vars)):
+    with dbt.environment(dbt.run_environment(target, run_vars)):
         outcome = dbt.invoke(args, runner, manifest())
     if outcome.error and not outcome.nodes:
         raise RuntimeError(f"dbt could not run: {outcome.error}")

@@ -19,7 +19,7 @@ def test_dbt_unit_tests_pass(engine: Target, landing: Path) -> None:
     steady_production(landing, ["L-001-1"], "2026-11-22", 2)
     for job in ("sales", "units"):
         assert run_nightly(job, engine, landing, ts("2026-11-24T00:30"), quiet=True).ok
-    outcome = dbt.invoke(engine, dbt.dbt_args(engine, ["test", "--select", "test_type:unit"], quiet=True))
+    outcome = dbt.run_command(engine, ["test", "--select", "test_type:unit"])
     units = [n for n in outcome.nodes if n.resource_type == "unit_test"]
     assert {n.name for n in units} == {
         "sale_dead_letters_take_the_first_rule_broken",

@@ -237,7 +237,7 @@ def test_a_first_build_that_published_nothing_leaves_the_next_run_a_first_build(
     as_of = ts("2026-11-25T00:30")
     jobs.load_step(engine, "sales", landing, as_of, None)
     window = (date(2026, 11, 22), date(2026, 11, 25))
-    built = jobs.build_step(engine, "sales", window, as_of, {"run_id": "stopped"}, None, True)
+    built = jobs.build_step(engine, "sales", window, as_of, {"run_id": "stopped"}, None, lambda: None, True)
     assert built.success
     assert table(engine, "select count(*) from {schema}.daily_sales") != [(0,)]
     assert published(engine) == {}
@@ -269,27 +269,25 @@ def test_the_build_runs_on_the_parse_made_during_the_load(
 
 
 @pytest.mark.parametrize("engine", ["duckdb"], indirect=True)  # dbt's files: the same on both engines
-def test_manifest_json_is_written_when_the_project_was_parsed_again(
+def test_each_run_parses_once_and_dbt_parses_again_only_what_changed(
     engine: Target, landing: Path, week: dict
 ) -> None:
-    """run_results.json after every build; manifest.json only when dbt parsed the project again."""
+    """A run parses the project beside its load and builds on that parse (dbtRunner(manifest=)):
+    one parse and one build per run; dbt's partial parsing reads the last run's state, and other
+    --vars make dbt parse the whole project again."""
     folder = engine.dbt_target_dir
-    written = folder / "manifest.json"
 
-    def night(as_of: str, **kwargs) -> tuple[int, dict]:
+    def night(as_of: str, **kwargs) -> str:
         summary = run_nightly("sales", engine, landing, ts(as_of), quiet=True, **kwargs)
         assert summary.ok, summary.lines()
-        run_results = json.loads((folder / "run_results.json").read_text())
-        return written.stat().st_mtime_ns, run_results
+        assert "model.dayclose.daily_sales" in json.loads((folder / "manifest.json").read_text())["nodes"]
+        return json.loads((folder / "run_results.json").read_text())["metadata"]["invocation_id"]
 
-    first, results = night("2026-11-24T00:30")  # a new state folder: a full parse
-    assert "model.dayclose.daily_sales" in json.loads(written.read_text())["nodes"]
-    second, again = night("2026-11-25T00:30")  # nothing changed: the same manifest.json
-    assert second == first
-    assert again["metadata"]["invocation_id"] != results["metadata"]["invocation_id"]
-    assert {r["unique_id"] for r in again["results"]} >= {"model.dayclose.daily_sales"}
-    third, _ = night("2026-11-25T00:30", window_days=5)  # other --vars: dbt parses again
-    assert third > second
+    ids = [night("2026-11-24T00:30"), night("2026-11-25T00:30"), night("2026-11-25T00:30", window_days=5)]
+    assert len(set(ids)) == 3
+    assert dbt_commands() == ["parse", "build"] * 3
+    full = ["Unable to do partial parsing" in text for text in dbt_invocations()[::2]]
+    assert full == [True, False, True]  # a new state folder; nothing changed; other --vars
 
 
 def test_a_run_whose_load_fails_leaves_no_parse_behind(
@@ -347,8 +345,10 @@ def test_restatement_is_audited(
     assert Decimal(str(before)) == week["2026-11-20"]
     assert Decimal(str(after)) == week["2026-11-20"] + 100
     assert published(engine)["2026-11-20"] == week["2026-11-20"] + 100
-    # prefect-dbt's runner parses by itself: the run's thread parsed only where dbt had no state yet
-    assert dbt_commands() == ["parse", "build", "build"]
+    # each run parses once, beside its load, and prefect-dbt's runner builds on that parse; the
+    # second parse is dbt's partial parse of the first one's state
+    assert dbt_commands() == ["parse", "build", "parse", "build"]
+    assert "Unable to do partial parsing" not in dbt_invocations()[2]
 
 
 def test_readers_role_reads_published_and_nothing_else(engine: Target, landing: Path, week: dict) -> None:

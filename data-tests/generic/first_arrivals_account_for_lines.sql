@@ -10,10 +10,18 @@
 {% test first_arrivals_account_for_lines(model, source_name, lines) %}
 {%- set entry = dayclose.landing_source(source_name) -%}
 {%- set keys = entry['event_key'] -%}
+{%- set rebuilt = dayclose.rebuilt_range(source_name) -%}
 {%- set in_rebuilt_days -%}
-    {{ dayclose.in_rebuilt_days(source_name, entry['event_at']) }}
-    and batch_completed_at <= {{ dayclose.as_of_at() }}
+    {{ entry['event_at'] }} >= cast('{{ rebuilt[0] }}' as {{ dbt.type_timestamp() }})
+    and {{ entry['event_at'] }} < cast('{{ rebuilt[1] }}' as {{ dbt.type_timestamp() }})
 {%- endset -%}
+{#- SQL conditions: the event keys of the valid lines and their registration are equal -#}
+{%- set lines_and_registered = [] -%}
+{%- set lines_and_elsewhere = [] -%}
+{%- for k in keys -%}
+    {%- do lines_and_registered.append('valid_lines.' ~ k ~ ' = registered.' ~ k) -%}
+    {%- do lines_and_elsewhere.append('lines.' ~ k ~ ' = elsewhere.' ~ k) -%}
+{%- endfor -%}
 {#- an event's registration, from the registry's rows grouped by the key (alias registry) -#}
 {%- set registration -%}
         {%- for k in keys %}
@@ -32,7 +40,10 @@ with
 valid_lines as (
 
     select * from {{ lines }}
-    where is_valid and {{ in_rebuilt_days }}
+    where
+        is_valid
+        and {{ in_rebuilt_days }}
+        and batch_completed_at <= {{ dayclose.as_of_at() }}
 
 ),
 
@@ -45,7 +56,9 @@ registered_in_days as (
         {{- registration }}
 
     from {{ model }} as registry
-    where {{ dayclose.in_rebuilt_days(source_name, 'registry.' ~ entry['event_at']) }}
+    where
+        registry.{{ entry['event_at'] }} >= cast('{{ rebuilt[0] }}' as {{ dbt.type_timestamp() }})
+        and registry.{{ entry['event_at'] }} < cast('{{ rebuilt[1] }}' as {{ dbt.type_timestamp() }})
     {{ by_key }}
 
 ),
@@ -68,7 +81,7 @@ lines_in_days as (
 
     from valid_lines
     left join registered_in_days as registered
-        on {{ dayclose.keys_equal(keys, 'valid_lines', 'registered') }}
+        on {{ lines_and_registered | join(' and ') }}
 
 ),
 
@@ -80,7 +93,12 @@ registered_elsewhere as (
     select
         {{- registration }}
 
-    {{ dayclose.rows_of_keys(model, 'registry', keys, 'lines_in_days', 'registered_count is null') }}
+    from {{ model }} as registry
+    where
+        ({% for k in keys %}registry.{{ k }}{{ ', ' if not loop.last }}{% endfor %}) in (
+            select {{ keys | join(', ') }} from lines_in_days
+            where registered_count is null
+        )
     {{ by_key }}
 
 ),
@@ -104,14 +122,16 @@ lines_registered as (
     left join registered_elsewhere as elsewhere
         on
             lines.registered_count is null
-            and {{ dayclose.keys_equal(keys, 'lines', 'elsewhere') }}
+            and {{ lines_and_elsewhere | join(' and ') }}
 
 ),
 
 rebuilt_days_events as (
 
     select * from {{ model }}
-    where {{ in_rebuilt_days }}
+    where
+        {{ in_rebuilt_days }}
+        and batch_completed_at <= {{ dayclose.as_of_at() }}
 
 ),
 

@@ -6,7 +6,7 @@
 #}
 {% test matches_load_ledger(model, source_name) %}
 
-{%- set since = dayclose.as_of_day_offset(-var('late_arrival_scan_days')) ~ 'T00' -%}
+{%- set since = dayclose.as_of_day(-var('late_arrival_scan_days')) ~ 'T00' -%}
 
 with
 

@@ -18,7 +18,12 @@ with
 
 days as (
 
-    {{ dayclose.rebuilt_days(source_name) }}
+    {%- for day in dayclose.days_between(rebuilt[0], rebuilt[1]) %}
+    {{ 'union all' if not loop.first }}
+    select cast('{{ day }}' as date) as calendar_date
+    {%- else %}
+    select cast(null as date) as calendar_date where 1 = 0
+    {%- endfor %}
 
 ),
 

@@ -25,7 +25,8 @@ first_arrivals as (
 
     select * from {{ ref(entry['events_model']) }}
     where
-        {{ dayclose.in_rebuilt_days(source_name, entry['event_at']) }}
+        {{ entry['event_at'] }} >= cast('{{ rebuilt[0] }}' as {{ dbt.type_timestamp() }})
+        and {{ entry['event_at'] }} < cast('{{ rebuilt[1] }}' as {{ dbt.type_timestamp() }})
         and batch_completed_at <= {{ dayclose.as_of_at() }}
 
 ),

@@ -27,7 +27,12 @@ idle_days as (
 
 days as (
 
-    select calendar_date as production_date from ({{ dayclose.rebuilt_days('units') }}) as rebuilt
+    {%- for day in dayclose.days_between(rebuilt[0], rebuilt[1]) %}
+    {{ 'union all' if not loop.first }}
+    select cast('{{ day }}' as date) as production_date
+    {%- else %}
+    select cast(null as date) as production_date where 1 = 0
+    {%- endfor %}
 
 ),
 

@@ -6,14 +6,14 @@
 #}
 {{ config(tags=['gate', 'units'], severity='warn') }}
 
-{%- set since = dayclose.as_of_day_offset(-dayclose.window_days('units')) -%}
+{%- set since = dayclose.as_of_day(-dayclose.window_days('units')) -%}
 
 with
 
 unit_lines as (
 
     select * from {{ ref('int_unit_lines_validated') }}
-    where batch_completed_at > {{ dayclose.timestamp_literal(since ~ ' 00:00:00') }}
+    where batch_completed_at > cast('{{ since }}' as {{ dbt.type_timestamp() }})
 
 ),
 

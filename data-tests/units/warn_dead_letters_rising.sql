@@ -6,8 +6,8 @@
 #}
 {{ config(tags=['gate', 'units'], severity='warn') }}
 
-{%- set last_day = dayclose.as_of_day_offset(-1) -%}
-{%- set since = dayclose.as_of_day_offset(-8) -%}
+{%- set last_day = dayclose.as_of_day(-1) -%}
+{%- set since = dayclose.as_of_day(-8) -%}
 
 with
 
@@ -15,8 +15,8 @@ dead_letters as (
 
     select * from {{ ref('units_dead_letters') }}
     where
-        batch_completed_at > {{ dayclose.timestamp_literal(since ~ ' 00:00:00') }}
-        and batch_completed_at <= {{ dayclose.timestamp_literal(dayclose.as_of_day_offset(0) ~ ' 00:00:00') }}
+        batch_completed_at > cast('{{ since }}' as {{ dbt.type_timestamp() }})
+        and batch_completed_at <= cast('{{ dayclose.as_of_day() }}' as {{ dbt.type_timestamp() }})
 
 ),
 

@@ -8,7 +8,7 @@ The loader checks the batches ahead of its writers. Many batches are checked by 
 (`checked_in_a_process`), not a thread: a check is a few C calls per file (read, sha256, the
 byte counts), each of which gives up Python's lock and then waits to take it back, and in a run
 the lock is mostly held by dbt's parse of the project, started beside the load
-(dayclose.dbt_runner.prepare), which gives it up only every 5 ms. Measured on 31 days of sales
+(dayclose.dbt_runner.start_parse), which gives it up only every 5 ms. Measured on 31 days of sales
 (720 batches, 3 M lines, 2 cores): the load alone 1.6 to 1.7 s; beside a thread running Python,
 26.9 s with the checks in a thread (24.5 s of them checking), 3.6 to 4.2 s in a process (that
 thread holds one of the two cores); in a cold first build, beside dbt's parse, 4.3 to 5.1 s

@@ -1,23 +1,12 @@
 {#
-    Each loaded batch summarized once (macros/read_once.sql): its first event day
-    and last arrival, from which the late-arrival models find the few batches that
-    can hold events too late for the nightly window without reading the rest.
+    Each loaded batch summarized once, from the first arrivals it brought: its earliest event day
+    and its latest arrival. The late-arrival models find from these the few batches that can
+    hold an event too late for the nightly window, without reading the rest. A batch is
+    summarized on the first run that sees it complete once its source's registry holds it, and
+    again, in place, when it is loaded again with a new manifest.
 #}
-{{
-    config(
-        materialized='incremental',
-        incremental_strategy='delete+insert',
-        unique_key=['source_name', 'batch_id'],
-        indexes=[{'columns': ['source_name', 'last_received_at']}],
-        post_hook="{{ dayclose.index_if_missing(['source_name', 'batch_id']) }}",
-        on_schema_change='fail',
-        tags=['shared', 'lateness'],
-    )
-}}
-
-{#- a first build summarizes every batch; later runs the batches not summarized yet -#}
-{%- set to_summarize = dayclose.batches_to_summarize() -%}
-{%- set is_new_batch = dayclose.in_batches(to_summarize) if is_incremental() else '1 = 1' -%}
+{%- set sales_built = load_relation(ref('int_sales_deduplicated')) is not none -%}
+{%- set units_built = load_relation(ref('int_units_deduplicated')) is not none -%}
 
 with
 
@@ -27,22 +16,103 @@ batch_loads as (
     where
         is_loaded
         and batch_completed_at <= {{ dayclose.as_of_at() }}
-        and {{ is_new_batch }}
+
+),
+
+registered_through as (
+
+    -- how far each source's registry reaches: the end of its latest batch
+    {%- if sales_built %}
+    select
+        'sales' as source_name,
+        max(batch_completed_at) as registered_through_at
+
+    from {{ ref('int_sales_deduplicated') }}
+    where batch_id = (select max(batch_id) from {{ ref('int_sales_deduplicated') }})
+    {%- endif %}
+    {%- if sales_built and units_built %}
+    union all
+    {%- endif %}
+    {%- if units_built %}
+    select
+        'units' as source_name,
+        max(batch_completed_at) as registered_through_at
+
+    from {{ ref('int_units_deduplicated') }}
+    where batch_id = (select max(batch_id) from {{ ref('int_units_deduplicated') }})
+    {%- endif %}
+    {%- if not (sales_built or units_built) %}
+    select
+        cast(null as {{ dbt.type_string() }}) as source_name,
+        cast(null as {{ dbt.type_timestamp() }}) as registered_through_at
+
+    where 1 = 0
+    {%- endif %}
+
+),
+
+batches_to_summarize as (
+
+    -- the batches the registries hold, not summarized in their loaded version yet
+    select batch_loads.*
+
+    from batch_loads
+    inner join registered_through
+        on
+            batch_loads.source_name = registered_through.source_name
+            and batch_loads.batch_completed_at <= registered_through.registered_through_at
+    {%- if is_incremental() %}
+    where not exists (
+        select 1 from {{ this }} as summaries
+        where
+            summaries.source_name = batch_loads.source_name
+            and summaries.batch_id = batch_loads.batch_id
+            and summaries.manifest_sha256 = batch_loads.manifest_sha256
+    )
+    {%- endif %}
 
 ),
 
 arrivals as (
 
-    {%- set sources = dayclose.landing_sources() if not is_incremental() else to_summarize.keys() | list %}
-    {%- for source_name in sources %}
-    {{ 'union all' if not loop.first }}
-    select * from ({{ dayclose.source_arrivals(source_name) }}) as {{ source_name }}_arrivals
-    {%- if is_incremental() %}
-    where {{ dayclose.in_batches({source_name: to_summarize[source_name]}) }}
+    -- the first arrivals those batches brought, found by the batch
+    {%- if sales_built %}
+    select
+        'sales' as source_name,
+        batch_id,
+        sale_date as event_date,
+        received_at
+
+    from {{ ref('int_sales_deduplicated') }}
+    where
+        batch_id in (select batch_id from batches_to_summarize where source_name = 'sales')
+        and batch_id >= (select min(batch_id) from batches_to_summarize where source_name = 'sales')
     {%- endif %}
-    {%- else %}
-    {{ dayclose.no_arrivals() }}
-    {%- endfor %}
+    {%- if sales_built and units_built %}
+    union all
+    {%- endif %}
+    {%- if units_built %}
+    select
+        'units' as source_name,
+        batch_id,
+        production_date as event_date,
+        received_at
+
+    from {{ ref('int_units_deduplicated') }}
+    where
+        batch_id in (select batch_id from batches_to_summarize where source_name = 'units')
+        and batch_id >= (select min(batch_id) from batches_to_summarize where source_name = 'units')
+    {%- endif %}
+    {%- if not (sales_built or units_built) %}
+    select
+        source_name,
+        batch_id,
+        cast(null as date) as event_date,
+        batch_completed_at as received_at
+
+    from batches_to_summarize
+    where 1 = 0
+    {%- endif %}
 
 ),
 
@@ -63,19 +133,19 @@ arrivals_per_batch as (
 final as (
 
     select
-        batch_loads.source_name,
-        batch_loads.batch_id,
-        batch_loads.manifest_sha256,
-        batch_loads.batch_completed_at,
+        batches_to_summarize.source_name,
+        batches_to_summarize.batch_id,
+        batches_to_summarize.manifest_sha256,
+        batches_to_summarize.batch_completed_at,
         arrivals_per_batch.first_event_date,
         arrivals_per_batch.last_received_at,
         cast(coalesce(arrivals_per_batch.events, 0) as bigint) as events
 
-    from batch_loads
+    from batches_to_summarize
     left join arrivals_per_batch
         on
-            batch_loads.source_name = arrivals_per_batch.source_name
-            and batch_loads.batch_id = arrivals_per_batch.batch_id
+            batches_to_summarize.source_name = arrivals_per_batch.source_name
+            and batches_to_summarize.batch_id = arrivals_per_batch.batch_id
 
 )
 

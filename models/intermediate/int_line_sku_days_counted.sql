@@ -6,7 +6,18 @@
     line_daily_units add these up.
 #}
 {#- day batches: a run of equal readings is followed within its batch (one day) -#}
-{{ config(**dayclose.daily_microbatch('units', 'production_date', batch_size='day')) }}
+{{
+    config(
+        materialized='incremental',
+        incremental_strategy='microbatch',
+        event_time='production_date',
+        batch_size='day',
+        begin=dayclose.microbatch_begin(),
+        lookback=dayclose.window_days('units'),
+        on_schema_change='fail',
+        tags=['units'],
+    )
+}}
 
 {%- set sensors = ['fill_level_ml', 'capper_torque_nm', 'temperature_c'] -%}
 
@@ -16,7 +27,8 @@ units as (
 
     -- dbt limits this to the batch's day through the event_time of the ref;
     -- a run as of T counts what had arrived, in complete batches, by T
-    {{ dayclose.known_as_of(ref('int_units_deduplicated')) }}
+    select * from {{ ref('int_units_deduplicated') }}
+    where batch_completed_at <= {{ dayclose.as_of_at() }}
 
 ),
 

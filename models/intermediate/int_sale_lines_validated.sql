@@ -1,18 +1,9 @@
 {#
-    Every sales line with its verdict: the contract's decode error, else the business
-    rules below, in their order (the first that fails names the line's dead letter).
+    Every sales line with its verdict: the contract's decode error, else the first business
+    rule it breaks, in this order (the first names the line's dead letter): a known shop, a
+    non-negative amount, at most max_sale_amount, sold before it was received.
 #}
 {{ config(event_time='sold_at', tags=['sales']) }}
-
-{%- set rules = [
-    ['unknown_shop', 'shops.shop_id is null', dbt.concat(["'unknown shop_id '", "decoded.shop_id"])],
-    ['negative_amount', 'decoded.amount < 0', "'negative amount'"],
-    [
-        'absurd_amount', 'decoded.amount > ' ~ var('max_sale_amount'),
-        "'absurd amount: above max_sale_amount (" ~ var('max_sale_amount') ~ ")'",
-    ],
-    ['sold_after_received', 'decoded.sold_at > decoded.received_at', "'sold_at after received_at'"],
-] -%}
 
 with
 
@@ -32,7 +23,21 @@ checked as (
 
     select
         decoded.*,
-        {{ dayclose.line_verdict(rules) }}
+        case
+            when decoded.decode_error_kind is not null then decoded.decode_error_kind
+            when shops.shop_id is null then 'unknown_shop'
+            when decoded.amount < 0 then 'negative_amount'
+            when decoded.amount > {{ var('max_sale_amount') }} then 'absurd_amount'
+            when decoded.sold_at > decoded.received_at then 'sold_after_received'
+        end as dead_letter_kind,
+        case
+            when decoded.decode_error_kind is not null then decoded.decode_error
+            when shops.shop_id is null then {{ dbt.concat(["'unknown shop_id '", "decoded.shop_id"]) }}
+            when decoded.amount < 0 then 'negative amount'
+            when decoded.amount > {{ var('max_sale_amount') }}
+                then 'absurd amount: above max_sale_amount ({{ var("max_sale_amount") }})'
+            when decoded.sold_at > decoded.received_at then 'sold_at after received_at'
+        end as dead_letter_reason
 
     from decoded
     left join shops

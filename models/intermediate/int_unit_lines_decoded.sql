@@ -1,5 +1,189 @@
 {#-
-    Every units line decoded once, by the landing contract (macros/contract.sql), in
-    the nightly run after its batch was loaded; a replaced batch is decoded again whole.
+    Every units line decoded once, by the landing contract (docs/contract.md), in the nightly
+    run after its batch was loaded; a batch replaced by a new manifest is decoded again whole
+    (delete+insert by batch_id). A line keeps the contract when it is one flat JSON object with
+    exactly these fields, each once, each value of its kind: line_id (id), plc_seq (sequence),
+    sku (id), event_at (timestamp), received_at (timestamp), verdict (id), fill_level_ml,
+    capper_torque_nm and temperature_c (number).
 -#}
-{{ dayclose.decoded_lines('units', ref('stg_landing__unit_lines')) }}
+
+with
+
+batch_loads as (
+
+    select * from {{ ref('stg_landing__batch_loads') }}
+    where
+        source_name = 'units'
+        and is_loaded
+        {%- if is_incremental() %}
+        -- the batches loaded (or replaced) since the last build
+        and loaded_at > (select coalesce(max(batch_loaded_at), {{ dbt.cast("'1900-01-01'", dbt.type_timestamp()) }}) from {{ this }})
+        {%- endif %}
+
+),
+
+unit_lines as (
+
+    select * from {{ ref('stg_landing__unit_lines') }}
+    where
+        batch_id in (select batch_id from batch_loads)
+        -- a bound on the batch itself lets every engine skip older batches' storage
+        and batch_id >= (select min(batch_id) from batch_loads)
+
+),
+
+lines as {{ dayclose.materialized_cte() }} (
+
+    select
+        unit_lines.*,
+        batch_loads.loaded_at as batch_loaded_at,
+        batch_loads.batch_completed_at,
+        unit_lines.byte_error is null and {{ dayclose.is_flat_json_object('unit_lines.raw_line') }} as is_flat_object
+
+    from unit_lines
+    inner join batch_loads
+        on unit_lines.batch_id = batch_loads.batch_id
+
+),
+
+tokens as {{ dayclose.materialized_cte() }} (
+
+    -- each field's value exactly as written in the line, null when absent; a key written
+    -- twice and a key that is no field
+    {{ dayclose.json_object_tokens('lines', [
+        'line_id', 'plc_seq', 'sku', 'event_at', 'received_at', 'verdict', 'fill_level_ml', 'capper_torque_nm', 'temperature_c',
+    ]) }}
+
+),
+
+checked as {{ dayclose.materialized_cte() }} (
+
+    select
+        *,
+        {{ dayclose.token_is_valid('token_line_id', 'id') }} as is_line_id_valid,
+        {{ dayclose.token_is_valid('token_plc_seq', 'sequence') }} as is_plc_seq_valid,
+        {{ dayclose.token_is_valid('token_sku', 'id') }} as is_sku_valid,
+        {{ dayclose.token_is_valid('token_event_at', 'timestamp') }} as is_event_at_valid,
+        {{ dayclose.token_is_valid('token_received_at', 'timestamp') }} as is_received_at_valid,
+        {{ dayclose.token_is_valid('token_verdict', 'id') }} as is_verdict_valid,
+        {{ dayclose.token_is_valid('token_fill_level_ml', 'number') }} as is_fill_level_ml_valid,
+        {{ dayclose.token_is_valid('token_capper_torque_nm', 'number') }} as is_capper_torque_nm_valid,
+        {{ dayclose.token_is_valid('token_temperature_c', 'number') }} as is_temperature_c_valid
+
+    from tokens
+
+),
+
+verdicts as {{ dayclose.materialized_cte() }} (
+
+    select
+        *,
+        case
+            when byte_error is not null then 'not_text'
+            when not is_flat_object and {{ dayclose.is_blank_line('raw_line') }} then 'empty_line'
+            when not is_flat_object then 'not_json_object'
+            when duplicated_key is not null then 'duplicate_field'
+            when unknown_key is not null then 'unknown_field'
+            when
+                token_line_id is null or token_line_id = 'null'
+                or token_plc_seq is null or token_plc_seq = 'null'
+                or token_sku is null or token_sku = 'null'
+                or token_event_at is null or token_event_at = 'null'
+                or token_received_at is null or token_received_at = 'null'
+                or token_verdict is null or token_verdict = 'null'
+                or token_fill_level_ml is null or token_fill_level_ml = 'null'
+                or token_capper_torque_nm is null or token_capper_torque_nm = 'null'
+                or token_temperature_c is null or token_temperature_c = 'null'
+                then 'missing_field'
+            when
+                not is_line_id_valid
+                or not is_plc_seq_valid
+                or not is_sku_valid
+                or not is_event_at_valid
+                or not is_received_at_valid
+                or not is_verdict_valid
+                or not is_fill_level_ml_valid
+                or not is_capper_torque_nm_valid
+                or not is_temperature_c_valid
+                then 'bad_value'
+        end as decode_error_kind
+
+    from checked
+
+),
+
+reasons as (
+
+    select
+        *,
+        case
+            when decode_error_kind = 'not_text' then byte_error
+            when decode_error_kind in ('empty_line', 'not_json_object')
+                then {{ dayclose.not_a_flat_object_reason('raw_line') }}
+            when decode_error_kind = 'duplicate_field' then {{ dbt.concat(["'duplicate field '", 'duplicated_key']) }}
+            when decode_error_kind = 'unknown_field' then {{ dbt.concat(["'unknown field '", 'unknown_key']) }}
+            when decode_error_kind is not null
+                then concat_ws(
+                    '; ',
+                    {{ dayclose.field_error('token_line_id', 'line_id', 'id', 'is_line_id_valid') }},
+                    {{ dayclose.field_error('token_plc_seq', 'plc_seq', 'sequence', 'is_plc_seq_valid') }},
+                    {{ dayclose.field_error('token_sku', 'sku', 'id', 'is_sku_valid') }},
+                    {{ dayclose.field_error('token_event_at', 'event_at', 'timestamp', 'is_event_at_valid') }},
+                    {{ dayclose.field_error('token_received_at', 'received_at', 'timestamp', 'is_received_at_valid') }},
+                    {{ dayclose.field_error('token_verdict', 'verdict', 'id', 'is_verdict_valid') }},
+                    {{ dayclose.field_error('token_fill_level_ml', 'fill_level_ml', 'number', 'is_fill_level_ml_valid') }},
+                    {{ dayclose.field_error('token_capper_torque_nm', 'capper_torque_nm', 'number', 'is_capper_torque_nm_valid') }},
+                    {{ dayclose.field_error('token_temperature_c', 'temperature_c', 'number', 'is_temperature_c_valid') }}
+                )
+        end as decode_error
+
+    from verdicts
+
+),
+
+decoded as (
+
+    -- the typed values of the lines that keep the contract
+    select
+        *,
+        case when decode_error_kind is null then {{ dayclose.token_value('token_line_id', 'id') }} end as line_id,
+        case when decode_error_kind is null then {{ dayclose.token_value('token_plc_seq', 'sequence') }} end as plc_seq,
+        case when decode_error_kind is null then {{ dayclose.token_value('token_sku', 'id') }} end as sku,
+        case when decode_error_kind is null then {{ dayclose.token_value('token_event_at', 'timestamp') }} end as event_at,
+        case when decode_error_kind is null then {{ dayclose.token_value('token_received_at', 'timestamp') }} end as received_at,
+        case when decode_error_kind is null then {{ dayclose.token_value('token_verdict', 'id') }} end as verdict,
+        case when decode_error_kind is null then {{ dayclose.token_value('token_fill_level_ml', 'number') }} end as fill_level_ml,
+        case when decode_error_kind is null then {{ dayclose.token_value('token_capper_torque_nm', 'number') }} end as capper_torque_nm,
+        case when decode_error_kind is null then {{ dayclose.token_value('token_temperature_c', 'number') }} end as temperature_c
+
+    from reasons
+
+),
+
+final as (
+
+    select
+        batch_id,
+        batch_loaded_at,
+        batch_arrived_at,
+        batch_completed_at,
+        file_name,
+        line_number,
+        decode_error_kind,
+        decode_error,
+        line_id,
+        plc_seq,
+        sku,
+        event_at,
+        received_at,
+        verdict,
+        fill_level_ml,
+        capper_torque_nm,
+        temperature_c,
+        cast(event_at as date) as production_date
+
+    from decoded
+
+)
+
+select * from final

@@ -1,26 +1,11 @@
 {#
-    Every units line with its verdict and its sensor flags: the contract's decode error,
-    else the business rules, in this order (the first that fails names the dead letter):
-    a known line, a known SKU, a verdict of good or reject, produced after the line was
-    commissioned, produced before it was received. A sensor reading outside the SKU's
-    spec is flagged here and nothing more: the count follows the PLC's verdict, never
-    the sensors.
+    Every units line with its verdict and its sensor flags: the contract's decode error, else
+    the first business rule it breaks, in this order (the first names the dead letter): a known
+    line, a known SKU, a verdict of good or reject, produced after the line was commissioned,
+    produced before it was received. A sensor reading outside the SKU's spec is flagged here and
+    nothing more: the count follows the PLC's verdict, never the sensors.
 #}
 {{ config(event_time='event_at', tags=['units']) }}
-
-{%- set rules = [
-    ['unknown_line', 'lines.line_id is null', dbt.concat(["'unknown line_id '", "decoded.line_id"])],
-    ['unknown_sku', 'skus.sku is null', dbt.concat(["'unknown sku '", "decoded.sku"])],
-    [
-        'unknown_verdict', "decoded.verdict not in ('good', 'reject')",
-        dbt.concat(["'verdict not in (good, reject): '", "decoded.verdict"]),
-    ],
-    [
-        'before_commissioning', 'decoded.event_at < lines.commissioned_at',
-        "'event_at before the line was commissioned'",
-    ],
-    ['produced_after_received', 'decoded.event_at > decoded.received_at', "'event_at after received_at'"],
-] -%}
 
 with
 
@@ -58,7 +43,23 @@ checked as (
     select
         decoded.*,
         lines.plant_id,
-        {{ dayclose.line_verdict(rules) }},
+        case
+            when decoded.decode_error_kind is not null then decoded.decode_error_kind
+            when lines.line_id is null then 'unknown_line'
+            when skus.sku is null then 'unknown_sku'
+            when decoded.verdict not in ('good', 'reject') then 'unknown_verdict'
+            when decoded.event_at < lines.commissioned_at then 'before_commissioning'
+            when decoded.event_at > decoded.received_at then 'produced_after_received'
+        end as dead_letter_kind,
+        case
+            when decoded.decode_error_kind is not null then decoded.decode_error
+            when lines.line_id is null then {{ dbt.concat(["'unknown line_id '", "decoded.line_id"]) }}
+            when skus.sku is null then {{ dbt.concat(["'unknown sku '", "decoded.sku"]) }}
+            when decoded.verdict not in ('good', 'reject')
+                then {{ dbt.concat(["'verdict not in (good, reject): '", "decoded.verdict"]) }}
+            when decoded.event_at < lines.commissioned_at then 'event_at before the line was commissioned'
+            when decoded.event_at > decoded.received_at then 'event_at after received_at'
+        end as dead_letter_reason,
         decoded.fill_level_ml not between sensor_specs.fill_level_min_ml
         and sensor_specs.fill_level_max_ml as is_fill_level_out_of_spec,
         decoded.capper_torque_nm not between sensor_specs.capper_torque_min_nm

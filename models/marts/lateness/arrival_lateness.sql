@@ -10,13 +10,20 @@
 {{ config(tags=['shared', 'lateness']) }}
 
 {%- set target = var('lateness_coverage_target') -%}
-{%- set measured = dayclose.measured_days_range() -%}
+{%- set measured = [
+    dayclose.as_of_day(-(var('lateness_settle_days') + var('lateness_measure_days'))),
+    dayclose.as_of_day(-var('lateness_settle_days')),
+] -%}
 
 with
 
 delays as (
 
-    {{ dayclose.measured_counts(ref('int_arrival_delays_counted')) }}
+    -- the counts of the measured days
+    select * from {{ ref('int_arrivals_counted') }}
+    where
+        event_date >= cast('{{ measured[0] }}' as date)
+        and event_date < cast('{{ measured[1] }}' as date)
 
 ),
 
@@ -106,7 +113,11 @@ configured as (
 
     select
         percentiles.source_name,
-        {{ dayclose.window_days_of('percentiles.source_name') }} as configured_window_days
+        case percentiles.source_name
+            {%- for source_name in var('landing_sources') %}
+            when '{{ source_name }}' then {{ dayclose.window_days(source_name) }}
+            {%- endfor %}
+        end as configured_window_days
 
     from percentiles
 

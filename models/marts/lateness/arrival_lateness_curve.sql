@@ -1,18 +1,25 @@
 {#
     The cumulative share of a day's events that had arrived by each age of the
     day (hours after the day ended), per source, over the measured days: the
-    sum of their counts in int_arrival_ages_counted.
+    sum of their counts in int_arrivals_counted.
 #}
 {{ config(tags=['shared', 'lateness']) }}
 
 {%- set max_age_hours = 24 * 14 -%}
-{%- set measured = dayclose.measured_days_range() -%}
+{%- set measured = [
+    dayclose.as_of_day(-(var('lateness_settle_days') + var('lateness_measure_days'))),
+    dayclose.as_of_day(-var('lateness_settle_days')),
+] -%}
 
 with
 
 age_counts as (
 
-    {{ dayclose.measured_counts(ref('int_arrival_ages_counted')) }}
+    -- the counts of the measured days
+    select * from {{ ref('int_arrivals_counted') }}
+    where
+        event_date >= cast('{{ measured[0] }}' as date)
+        and event_date < cast('{{ measured[1] }}' as date)
 
 ),
 

@@ -1,9 +1,194 @@
 {#
-    Resent sales whose copy disagrees with the sale's first arrival (another amount,
-    shop or sale time: a till bug, a reused event_id): the first arrival counts, the
-    copy is recorded here with both lines, and a gate warns. Built for the days a run
-    rebuilds, in one statement.
-#}
-{{ config(**dayclose.rebuilt_days_incremental('sales', 'sale_date')) }}
+    Resent sales whose copy disagrees with the sale's first arrival (another sale time, shop or
+    amount: a till bug, a reused event_id): the first arrival counts, the copy is listed here
+    with both lines, and a gate warns. Rebuilt for the days a run rebuilds, in one statement:
+    the pre-hook deletes those days and the select inserts them again, in one transaction.
 
-{{ dayclose.conflicting_copies('sales', ref('int_sale_lines_validated'), ['sold_at', 'shop_id', 'amount']) }}
+    The first arrivals are found without reading the whole registry each night: its rows of
+    those days, in one join with the copies; then, for the copies whose sale has no row there
+    (a copy whose sale time differs from its first arrival's; most nights none), its rows on
+    other days.
+#}
+{{
+    config(
+        materialized='incremental',
+        incremental_strategy='append',
+        event_time='sale_date',
+        pre_hook="{{ dayclose.delete_rebuilt_days('sales', 'sale_date') }}",
+        on_schema_change='fail',
+        tags=['sales'],
+    )
+}}
+
+{%- set rebuilt = dayclose.rebuilt_range('sales') -%}
+{#- a plain dbt first build or full refresh reaches back as far as the daily marts do -#}
+{%- set first_day = rebuilt[0] if is_incremental() else [rebuilt[0], dayclose.microbatch_begin()] | min -%}
+
+with
+
+copies as (
+
+    -- the valid lines of the days the run rebuilds
+    select * from {{ ref('int_sale_lines_validated') }}
+    where
+        is_valid
+        and sold_at >= cast('{{ first_day }}' as {{ dbt.type_timestamp() }})
+        and sold_at < cast('{{ rebuilt[1] }}' as {{ dbt.type_timestamp() }})
+
+),
+
+registered_in_days as (
+
+    select * from {{ ref('int_sales_deduplicated') }}
+    where
+        sold_at >= cast('{{ first_day }}' as {{ dbt.type_timestamp() }})
+        and sold_at < cast('{{ rebuilt[1] }}' as {{ dbt.type_timestamp() }})
+
+),
+
+copies_against_days as (
+
+    -- each copy against its sale's first arrival among those days; kept: the copies that
+    -- disagree with it, and those whose sale has none there (looked up below)
+    select
+        copies.*,
+        first_arrivals.sale_date as first_sale_date,
+        first_arrivals.sold_at as first_sold_at,
+        first_arrivals.shop_id as first_shop_id,
+        first_arrivals.amount as first_amount,
+        first_arrivals.batch_id as first_batch_id,
+        first_arrivals.file_name as first_file_name,
+        first_arrivals.line_number as first_line_number
+
+    from copies
+    left join registered_in_days as first_arrivals
+        on copies.event_id = first_arrivals.event_id
+    where
+        first_arrivals.batch_id is null
+        or (
+            not (
+                copies.batch_id = first_arrivals.batch_id
+                and copies.file_name = first_arrivals.file_name
+                and copies.line_number = first_arrivals.line_number
+            )
+            and (
+                copies.sold_at <> first_arrivals.sold_at
+                or copies.shop_id <> first_arrivals.shop_id
+                or copies.amount <> first_arrivals.amount
+            )
+        )
+
+),
+
+registered_elsewhere as (
+
+    -- the first arrivals, on other days, of the copies that found none above
+    select * from {{ ref('int_sales_deduplicated') }}
+    where event_id in (select event_id from copies_against_days where first_batch_id is null)
+
+),
+
+copies_against_elsewhere as (
+
+    select
+        copies.*,
+        first_arrivals.sale_date as first_sale_date,
+        first_arrivals.sold_at as first_sold_at,
+        first_arrivals.shop_id as first_shop_id,
+        first_arrivals.amount as first_amount,
+        first_arrivals.batch_id as first_batch_id,
+        first_arrivals.file_name as first_file_name,
+        first_arrivals.line_number as first_line_number
+
+    from copies
+    inner join registered_elsewhere as first_arrivals
+        on copies.event_id = first_arrivals.event_id
+    where
+        copies.sold_at <> first_arrivals.sold_at
+        or copies.shop_id <> first_arrivals.shop_id
+        or copies.amount <> first_arrivals.amount
+
+),
+
+conflicts as (
+
+    select * from copies_against_days
+    where first_batch_id is not null
+    union all
+    select * from copies_against_elsewhere
+
+),
+
+conflict_lines as (
+
+    -- the lines of the conflicts, both copies: their raw text is looked up for these only
+    select
+        first_batch_id as batch_id,
+        first_file_name as file_name,
+        first_line_number as line_number
+
+    from conflicts
+    union
+    select
+        batch_id,
+        file_name,
+        line_number
+
+    from conflicts
+
+),
+
+raw_lines as (
+
+    select
+        sale_lines.batch_id,
+        sale_lines.file_name,
+        sale_lines.line_number,
+        sale_lines.raw_line
+
+    from {{ ref('stg_landing__sale_lines') }} as sale_lines
+    inner join conflict_lines
+        on
+            sale_lines.batch_id = conflict_lines.batch_id
+            and sale_lines.file_name = conflict_lines.file_name
+            and sale_lines.line_number = conflict_lines.line_number
+
+),
+
+final as (
+
+    select
+        conflicts.event_id,
+        conflicts.sale_date,
+        conflicts.first_sale_date,
+        conflicts.first_sold_at,
+        conflicts.sold_at as copy_sold_at,
+        conflicts.first_shop_id,
+        conflicts.shop_id as copy_shop_id,
+        conflicts.first_amount,
+        conflicts.amount as copy_amount,
+        conflicts.first_batch_id,
+        conflicts.first_file_name,
+        conflicts.first_line_number,
+        conflicts.batch_id,
+        conflicts.file_name,
+        conflicts.line_number,
+        conflicts.batch_completed_at,
+        first_lines.raw_line as first_raw_line,
+        copy_lines.raw_line as copy_raw_line
+
+    from conflicts
+    left join raw_lines as first_lines
+        on
+            conflicts.first_batch_id = first_lines.batch_id
+            and conflicts.first_file_name = first_lines.file_name
+            and conflicts.first_line_number = first_lines.line_number
+    left join raw_lines as copy_lines
+        on
+            conflicts.batch_id = copy_lines.batch_id
+            and conflicts.file_name = copy_lines.file_name
+            and conflicts.line_number = copy_lines.line_number
+
+)
+
+select * from final

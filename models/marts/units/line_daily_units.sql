@@ -1,19 +1,34 @@
 {#
-    Units per line and production day with the sensor picture: readings out of
-    the SKU's spec and readings from a stuck sensor (the same value for at
-    least stuck_sensor_run_units consecutive units). For operators' follow-up
-    and for the gate that a producing line never reports zero units unnoticed.
+    Units per line and production day with the sensor picture: readings out of the SKU's spec
+    and readings from a stuck sensor (the same value for at least stuck_sensor_run_units
+    consecutive units). For operators' follow-up and for the gate that a producing line never
+    reports zero units unnoticed.
 #}
-{{ config(**dayclose.daily_microbatch('units', 'production_date')) }}
+{{
+    config(
+        materialized='incremental',
+        incremental_strategy='microbatch',
+        event_time='production_date',
+        batch_size=dayclose.microbatch_batch_size(),
+        begin=dayclose.microbatch_begin(),
+        lookback=dayclose.window_days('units'),
+        on_schema_change='fail',
+        tags=['units'],
+    )
+}}
+
+{%- set rebuilt = dayclose.rebuilt_range('units') -%}
 
 with
 
 line_sku_days as (
 
-    -- dbt limits this to the batch's days through the event_time of the ref, and
-    -- in_batch_days to those the run rebuilds (windows.sql)
+    -- dbt limits this to the batch's days (the event_time of the ref); of those, the days
+    -- this run rebuilds (a month batch reaches beyond them)
     select * from {{ ref('int_line_sku_days_counted') }}
-    where {{ dayclose.in_batch_days('units', 'production_date') }}
+    where
+        production_date >= cast('{{ rebuilt[0] }}' as date)
+        and production_date < cast('{{ rebuilt[1] }}' as date)
 
 ),
 

@@ -1,0 +1,33 @@
+{#
+    Regular expressions the same on every engine: the patterns are written so that DuckDB's
+    RE2 and Postgres' engine read them alike (no lookaround, no backreferences, only
+    non-capturing groups), and these say "matches whole" and "occurs" in each engine's words.
+#}
+
+
+{# SQL: `expression` matches `pattern` whole (true, false, or null for null). #}
+{% macro regexp_full(expression, pattern) -%}
+    {{ return(adapter.dispatch('regexp_full', 'dayclose')(expression, pattern)) }}
+{%- endmacro %}
+
+{% macro default__regexp_full(expression, pattern) -%}
+    regexp_full_match({{ expression }}, '{{ pattern }}')
+{%- endmacro %}
+
+{% macro postgres__regexp_full(expression, pattern) -%}
+    ({{ expression }} ~ '^(?:{{ pattern }})$')
+{%- endmacro %}
+
+
+{# SQL: `pattern` occurs somewhere in `expression`. #}
+{% macro regexp_has(expression, pattern) -%}
+    {{ return(adapter.dispatch('regexp_has', 'dayclose')(expression, pattern)) }}
+{%- endmacro %}
+
+{% macro default__regexp_has(expression, pattern) -%}
+    regexp_matches({{ expression }}, '{{ pattern }}')
+{%- endmacro %}
+
+{% macro postgres__regexp_has(expression, pattern) -%}
+    ({{ expression }} ~ '{{ pattern }}')
+{%- endmacro %}
