@@ -32,38 +32,37 @@ measured_days as (
     from (
         select cast({{ dbt.dateadd('day', 'n', "cast('" ~ measured_from ~ "' as date)") }} as date) as event_date
         from ({{ dayclose.integer_spine(measure_days) }}) as day_numbers
-    ) as days
+    ) as measured_day_numbers
 
 ),
 
 registered_through as (
 
-    -- how far each source's registry reaches: the end of its latest batch
-    {%- if sales_built %}
-    select
-        'sales' as source_name,
-        max(batch_completed_at) as registered_through_at
-
-    from {{ ref('int_sales_deduplicated') }}
-    where batch_id = (select max(batch_id) from {{ ref('int_sales_deduplicated') }})
-    {%- endif %}
-    {%- if sales_built and units_built %}
-    union all
-    {%- endif %}
-    {%- if units_built %}
-    select
-        'units' as source_name,
-        max(batch_completed_at) as registered_through_at
-
-    from {{ ref('int_units_deduplicated') }}
-    where batch_id = (select max(batch_id) from {{ ref('int_units_deduplicated') }})
-    {%- endif %}
-    {%- if not (sales_built or units_built) %}
+    -- how far each source's registry reaches: the end of its latest batch (no row for a
+    -- source whose job has not run in this warehouse yet)
     select
         cast(null as {{ dbt.type_string() }}) as source_name,
         cast(null as {{ dbt.type_timestamp() }}) as registered_through_at
-
     where 1 = 0
+    {%- if sales_built %}
+
+    union all
+
+    select
+        'sales' as source_name,
+        max(batch_completed_at) as registered_through_at
+    from {{ ref('int_sales_deduplicated') }}
+    where batch_id = (select max(batch_id) from {{ ref('int_sales_deduplicated') }})
+    {%- endif %}
+    {%- if units_built %}
+
+    union all
+
+    select
+        'units' as source_name,
+        max(batch_completed_at) as registered_through_at
+    from {{ ref('int_units_deduplicated') }}
+    where batch_id = (select max(batch_id) from {{ ref('int_units_deduplicated') }})
     {%- endif %}
 
 ),
@@ -78,7 +77,7 @@ days_to_count as (
     from measured_days
     inner join registered_through
         on measured_days.horizon_at <= registered_through.registered_through_at
-    {%- if is_incremental() %}
+    {% if is_incremental() -%}
     where not exists (
         select 1 from {{ this }} as counted
         where
@@ -93,14 +92,24 @@ first_arrivals as (
 
     -- each event of those days once, at its first arrival before the day's horizon; found by
     -- the day and its bounds, which every engine prunes the registry by
+    select
+        source_name,
+        event_date,
+        day_end_at,
+        day_start_at as event_at,
+        day_start_at as received_at
+    from days_to_count
+    where 1 = 0
     {%- if sales_built %}
+
+    union all
+
     select
         days_to_count.source_name,
         days_to_count.event_date,
         days_to_count.day_end_at,
         registry.sold_at as event_at,
         registry.received_at
-
     from {{ ref('int_sales_deduplicated') }} as registry
     inner join days_to_count
         on
@@ -110,17 +119,16 @@ first_arrivals as (
             and registry.sold_at < days_to_count.day_end_at
     where registry.received_at < days_to_count.horizon_at
     {%- endif %}
-    {%- if sales_built and units_built %}
-    union all
-    {%- endif %}
     {%- if units_built %}
+
+    union all
+
     select
         days_to_count.source_name,
         days_to_count.event_date,
         days_to_count.day_end_at,
         registry.event_at,
         registry.received_at
-
     from {{ ref('int_units_deduplicated') }} as registry
     inner join days_to_count
         on
@@ -130,16 +138,18 @@ first_arrivals as (
             and registry.event_at < days_to_count.day_end_at
     where registry.received_at < days_to_count.horizon_at
     {%- endif %}
-    {%- if not (sales_built or units_built) %}
+
+),
+
+arrival_seconds as (
+
     select
         source_name,
         event_date,
-        day_end_at,
-        day_start_at as event_at,
-        day_start_at as received_at
+        {{ dbt.datediff('event_at', 'received_at', 'second') }} as delay_seconds,  -- noqa: LT05
+        {{ dbt.datediff('day_end_at', 'received_at', 'second') }} as day_age_seconds  -- noqa: LT05
 
-    from days_to_count
-    {%- endif %}
+    from first_arrivals
 
 ),
 
@@ -149,11 +159,11 @@ measured as (
         source_name,
         event_date,
         -- rounded up: "arrived within N minutes" stays true
-        cast(ceil({{ dbt.datediff('event_at', 'received_at', 'second') }} / 60.0) as integer) as delay_minutes,
+        cast(ceil(delay_seconds / 60.0) as integer) as delay_minutes,
         -- rounded down: the hour of the day's age the event arrived in
-        cast(floor({{ dbt.datediff('day_end_at', 'received_at', 'second') }} / 3600.0) as integer) as age_hours
+        cast(floor(day_age_seconds / 3600.0) as integer) as age_hours
 
-    from first_arrivals
+    from arrival_seconds
 
 ),
 

@@ -21,32 +21,31 @@ batch_loads as (
 
 registered_through as (
 
-    -- how far each source's registry reaches: the end of its latest batch
-    {%- if sales_built %}
-    select
-        'sales' as source_name,
-        max(batch_completed_at) as registered_through_at
-
-    from {{ ref('int_sales_deduplicated') }}
-    where batch_id = (select max(batch_id) from {{ ref('int_sales_deduplicated') }})
-    {%- endif %}
-    {%- if sales_built and units_built %}
-    union all
-    {%- endif %}
-    {%- if units_built %}
-    select
-        'units' as source_name,
-        max(batch_completed_at) as registered_through_at
-
-    from {{ ref('int_units_deduplicated') }}
-    where batch_id = (select max(batch_id) from {{ ref('int_units_deduplicated') }})
-    {%- endif %}
-    {%- if not (sales_built or units_built) %}
+    -- how far each source's registry reaches: the end of its latest batch (no row for a
+    -- source whose job has not run in this warehouse yet)
     select
         cast(null as {{ dbt.type_string() }}) as source_name,
         cast(null as {{ dbt.type_timestamp() }}) as registered_through_at
-
     where 1 = 0
+    {%- if sales_built %}
+
+    union all
+
+    select
+        'sales' as source_name,
+        max(batch_completed_at) as registered_through_at
+    from {{ ref('int_sales_deduplicated') }}
+    where batch_id = (select max(batch_id) from {{ ref('int_sales_deduplicated') }})
+    {%- endif %}
+    {%- if units_built %}
+
+    union all
+
+    select
+        'units' as source_name,
+        max(batch_completed_at) as registered_through_at
+    from {{ ref('int_units_deduplicated') }}
+    where batch_id = (select max(batch_id) from {{ ref('int_units_deduplicated') }})
     {%- endif %}
 
 ),
@@ -61,7 +60,7 @@ batches_to_summarize as (
         on
             batch_loads.source_name = registered_through.source_name
             and batch_loads.batch_completed_at <= registered_through.registered_through_at
-    {%- if is_incremental() %}
+    {% if is_incremental() -%}
     where not exists (
         select 1 from {{ this }} as summaries
         where
@@ -76,42 +75,40 @@ batches_to_summarize as (
 arrivals as (
 
     -- the first arrivals those batches brought, found by the batch
-    {%- if sales_built %}
-    select
-        'sales' as source_name,
-        batch_id,
-        sale_date as event_date,
-        received_at
-
-    from {{ ref('int_sales_deduplicated') }}
-    where
-        batch_id in (select batch_id from batches_to_summarize where source_name = 'sales')
-        and batch_id >= (select min(batch_id) from batches_to_summarize where source_name = 'sales')
-    {%- endif %}
-    {%- if sales_built and units_built %}
-    union all
-    {%- endif %}
-    {%- if units_built %}
-    select
-        'units' as source_name,
-        batch_id,
-        production_date as event_date,
-        received_at
-
-    from {{ ref('int_units_deduplicated') }}
-    where
-        batch_id in (select batch_id from batches_to_summarize where source_name = 'units')
-        and batch_id >= (select min(batch_id) from batches_to_summarize where source_name = 'units')
-    {%- endif %}
-    {%- if not (sales_built or units_built) %}
     select
         source_name,
         batch_id,
         cast(null as date) as event_date,
         batch_completed_at as received_at
-
     from batches_to_summarize
     where 1 = 0
+    {%- if sales_built %}
+
+    union all
+
+    select
+        'sales' as source_name,
+        batch_id,
+        sale_date as event_date,
+        received_at
+    from {{ ref('int_sales_deduplicated') }}
+    where
+        batch_id in (select batch_id from batches_to_summarize where source_name = 'sales')
+        and batch_id >= (select min(batch_id) from batches_to_summarize where source_name = 'sales')
+    {%- endif %}
+    {%- if units_built %}
+
+    union all
+
+    select
+        'units' as source_name,
+        batch_id,
+        production_date as event_date,
+        received_at
+    from {{ ref('int_units_deduplicated') }}
+    where
+        batch_id in (select batch_id from batches_to_summarize where source_name = 'units')
+        and batch_id >= (select min(batch_id) from batches_to_summarize where source_name = 'units')
     {%- endif %}
 
 ),

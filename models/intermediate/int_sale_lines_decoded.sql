@@ -14,10 +14,13 @@ batch_loads as (
     where
         source_name = 'sales'
         and is_loaded
-        {%- if is_incremental() %}
-        -- the batches loaded (or replaced) since the last build
-        and loaded_at > (select coalesce(max(batch_loaded_at), {{ dbt.cast("'1900-01-01'", dbt.type_timestamp()) }}) from {{ this }})
-        {%- endif %}
+    {% if is_incremental() -%}
+        -- the batches loaded (or loaded again) since the last build
+        and loaded_at > (
+            select coalesce(max(batch_loaded_at), cast('1900-01-01' as {{ dbt.type_timestamp() }}))
+            from {{ this }}
+        )
+    {%- endif %}
 
 ),
 
@@ -129,7 +132,9 @@ decoded as (
         *,
         case when decode_error_kind is null then {{ dayclose.token_value('token_event_id', 'id') }} end as event_id,
         case when decode_error_kind is null then {{ dayclose.token_value('token_shop_id', 'id') }} end as shop_id,
-        case when decode_error_kind is null then {{ dayclose.token_value('token_sold_at', 'timestamp') }} end as sold_at,
+        case
+            when decode_error_kind is null then {{ dayclose.token_value('token_sold_at', 'timestamp') }}
+        end as sold_at,
         case
             when decode_error_kind is null then {{ dayclose.token_value('token_received_at', 'timestamp') }}
         end as received_at,

@@ -6,6 +6,10 @@
     sku (id), event_at (timestamp), received_at (timestamp), verdict (id), fill_level_ml,
     capper_torque_nm and temperature_c (number).
 -#}
+{%- set fields = [
+    'line_id', 'plc_seq', 'sku', 'event_at', 'received_at', 'verdict',
+    'fill_level_ml', 'capper_torque_nm', 'temperature_c',
+] -%}
 
 with
 
@@ -15,10 +19,13 @@ batch_loads as (
     where
         source_name = 'units'
         and is_loaded
-        {%- if is_incremental() %}
-        -- the batches loaded (or replaced) since the last build
-        and loaded_at > (select coalesce(max(batch_loaded_at), {{ dbt.cast("'1900-01-01'", dbt.type_timestamp()) }}) from {{ this }})
-        {%- endif %}
+    {% if is_incremental() -%}
+        -- the batches loaded (or loaded again) since the last build
+        and loaded_at > (
+            select coalesce(max(batch_loaded_at), cast('1900-01-01' as {{ dbt.type_timestamp() }}))
+            from {{ this }}
+        )
+    {%- endif %}
 
 ),
 
@@ -50,9 +57,7 @@ tokens as {{ dayclose.materialized_cte() }} (
 
     -- each field's value exactly as written in the line, null when absent; a key written
     -- twice and a key that is no field
-    {{ dayclose.json_object_tokens('lines', [
-        'line_id', 'plc_seq', 'sku', 'event_at', 'received_at', 'verdict', 'fill_level_ml', 'capper_torque_nm', 'temperature_c',
-    ]) }}
+    {{ dayclose.json_object_tokens('lines', fields) }}
 
 ),
 
@@ -129,11 +134,19 @@ reasons as (
                     {{ dayclose.field_error('token_plc_seq', 'plc_seq', 'sequence', 'is_plc_seq_valid') }},
                     {{ dayclose.field_error('token_sku', 'sku', 'id', 'is_sku_valid') }},
                     {{ dayclose.field_error('token_event_at', 'event_at', 'timestamp', 'is_event_at_valid') }},
-                    {{ dayclose.field_error('token_received_at', 'received_at', 'timestamp', 'is_received_at_valid') }},
+                    {{
+                        dayclose.field_error('token_received_at', 'received_at', 'timestamp', 'is_received_at_valid')
+                    }},
                     {{ dayclose.field_error('token_verdict', 'verdict', 'id', 'is_verdict_valid') }},
-                    {{ dayclose.field_error('token_fill_level_ml', 'fill_level_ml', 'number', 'is_fill_level_ml_valid') }},
-                    {{ dayclose.field_error('token_capper_torque_nm', 'capper_torque_nm', 'number', 'is_capper_torque_nm_valid') }},
-                    {{ dayclose.field_error('token_temperature_c', 'temperature_c', 'number', 'is_temperature_c_valid') }}
+                    {{
+                        dayclose.field_error('token_fill_level_ml', 'fill_level_ml', 'number', 'is_fill_level_ml_valid')
+                    }},
+                    {{
+                        dayclose.field_error('token_capper_torque_nm', 'capper_torque_nm', 'number', 'is_capper_torque_nm_valid')
+                    }},
+                    {{
+                        dayclose.field_error('token_temperature_c', 'temperature_c', 'number', 'is_temperature_c_valid')
+                    }}
                 )
         end as decode_error
 
@@ -149,12 +162,22 @@ decoded as (
         case when decode_error_kind is null then {{ dayclose.token_value('token_line_id', 'id') }} end as line_id,
         case when decode_error_kind is null then {{ dayclose.token_value('token_plc_seq', 'sequence') }} end as plc_seq,
         case when decode_error_kind is null then {{ dayclose.token_value('token_sku', 'id') }} end as sku,
-        case when decode_error_kind is null then {{ dayclose.token_value('token_event_at', 'timestamp') }} end as event_at,
-        case when decode_error_kind is null then {{ dayclose.token_value('token_received_at', 'timestamp') }} end as received_at,
+        case
+            when decode_error_kind is null then {{ dayclose.token_value('token_event_at', 'timestamp') }}
+        end as event_at,
+        case
+            when decode_error_kind is null then {{ dayclose.token_value('token_received_at', 'timestamp') }}
+        end as received_at,
         case when decode_error_kind is null then {{ dayclose.token_value('token_verdict', 'id') }} end as verdict,
-        case when decode_error_kind is null then {{ dayclose.token_value('token_fill_level_ml', 'number') }} end as fill_level_ml,
-        case when decode_error_kind is null then {{ dayclose.token_value('token_capper_torque_nm', 'number') }} end as capper_torque_nm,
-        case when decode_error_kind is null then {{ dayclose.token_value('token_temperature_c', 'number') }} end as temperature_c
+        case
+            when decode_error_kind is null then {{ dayclose.token_value('token_fill_level_ml', 'number') }}
+        end as fill_level_ml,
+        case
+            when decode_error_kind is null then {{ dayclose.token_value('token_capper_torque_nm', 'number') }}
+        end as capper_torque_nm,
+        case
+            when decode_error_kind is null then {{ dayclose.token_value('token_temperature_c', 'number') }}
+        end as temperature_c
 
     from reasons
 

@@ -27,10 +27,13 @@ batch_loads as (
     where
         source_name = 'units'
         and is_loaded
-        {%- if is_incremental() %}
+    {% if is_incremental() -%}
         -- the batches loaded (or loaded again) since the last build
-        and loaded_at > (select coalesce(max(batch_loaded_at), {{ dbt.cast("'1900-01-01'", dbt.type_timestamp()) }}) from {{ this }})
-        {%- endif %}
+        and loaded_at > (
+            select coalesce(max(batch_loaded_at), cast('1900-01-01' as {{ dbt.type_timestamp() }}))
+            from {{ this }}
+        )
+    {%- endif %}
 
 ),
 

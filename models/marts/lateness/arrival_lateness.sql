@@ -115,7 +115,7 @@ configured as (
         percentiles.source_name,
         case percentiles.source_name
             {%- for source_name in var('landing_sources') %}
-            when '{{ source_name }}' then {{ dayclose.window_days(source_name) }}
+                when '{{ source_name }}' then {{ dayclose.window_days(source_name) }}
             {%- endfor %}
         end as configured_window_days
 

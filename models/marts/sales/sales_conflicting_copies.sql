@@ -84,7 +84,11 @@ registered_elsewhere as (
 
     -- the first arrivals, on other days, of the copies that found none above
     select * from {{ ref('int_sales_deduplicated') }}
-    where event_id in (select event_id from copies_against_days where first_batch_id is null)
+    where
+        event_id in (
+            select event_id from copies_against_days
+            where first_batch_id is null
+        )
 
 ),
 

@@ -12,11 +12,12 @@ dead_letters as (
     select * from {{ ref('int_sale_lines_validated') }}
     where
         not is_valid
-        {%- if is_incremental() %}
+    {% if is_incremental() -%}
         and batch_loaded_at > (
-            select coalesce(max(batch_loaded_at), {{ dbt.cast("'1900-01-01'", dbt.type_timestamp()) }}) from {{ this }}
+            select coalesce(max(batch_loaded_at), cast('1900-01-01' as {{ dbt.type_timestamp() }}))
+            from {{ this }}
         )
-        {%- endif %}
+    {%- endif %}
 
 ),
 
