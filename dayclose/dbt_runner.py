@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -168,7 +169,10 @@ def invoke(args: list[str], runner: RunnerFactory | None = None, manifest: Any =
 
     `runner`: makes the runner from the parsed `manifest` (the flows pass prefect-dbt's);
     by default dbt's own."""
-    result = (runner or dbt_runner)(manifest)(args)
+    try:
+        result = (runner or dbt_runner)(manifest)(args)
+    finally:
+        release_duckdb()
     run_results = getattr(result, "result", None)
     nodes: list[NodeResult] = []
     for r in getattr(run_results, "results", None) or []:
@@ -189,6 +193,21 @@ def invoke(args: list[str], runner: RunnerFactory | None = None, manifest: Any =
     if getattr(result, "exception", None) is not None:
         error = str(result.exception)
     return DbtOutcome(success=bool(result.success), nodes=nodes, error=error)
+
+
+def release_duckdb() -> None:
+    """Close the DuckDB database dbt-duckdb keeps open after an invocation, if any.
+
+    dbt-duckdb keeps one database open for the life of the process (its profile setting
+    keep_open, true by default), which spares reopening the file for every node of a build
+    (about 35 ms each). Its file lock would then shut out every other process (a readers'
+    export, plain dbt, a reader) as long as this one lives: a long-lived process (a test
+    session, a Prefect worker) releases it through the adapter's close_all_connections."""
+    if "dbt.adapters.duckdb" not in sys.modules:
+        return
+    from dbt.adapters.duckdb.connections import DuckDBConnectionManager
+
+    DuckDBConnectionManager.close_all_connections()
 
 
 def run_command(target: Target, command: list[str], run_vars: dict[str, Any] | None = None) -> DbtOutcome:

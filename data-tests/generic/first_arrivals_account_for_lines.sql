@@ -94,11 +94,11 @@ registered_elsewhere as (
         {{- registration }}
 
     from {{ model }} as registry
-    where
-        ({% for k in keys %}registry.{{ k }}{{ ', ' if not loop.last }}{% endfor %}) in (
-            select {{ keys | join(', ') }} from lines_in_days
-            where registered_count is null
-        )
+    inner join (
+        select distinct {{ keys | join(', ') }} from lines_in_days
+        where registered_count is null
+    ) as wanted
+        on {% for k in keys %}registry.{{ k }} = wanted.{{ k }}{{ ' and ' if not loop.last }}{% endfor %}
     {{ by_key }}
 
 ),

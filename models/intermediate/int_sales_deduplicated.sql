@@ -21,21 +21,22 @@ sale_lines as (
 
 ),
 
+{%- if is_incremental() %}
+
 batch_loads as (
 
+    -- the batches loaded (or loaded again) since the last build
     select * from {{ ref('stg_landing__batch_loads') }}
     where
         source_name = 'sales'
         and is_loaded
-    {% if is_incremental() -%}
-        -- the batches loaded (or loaded again) since the last build
         and loaded_at > (
             select coalesce(max(batch_loaded_at), cast('1900-01-01' as {{ dbt.type_timestamp() }}))
             from {{ this }}
         )
-    {%- endif %}
 
 ),
+{%- endif %}
 
 new_lines as (
 
@@ -56,9 +57,11 @@ new_lines as (
         0 as replaces_registered
 
     from sale_lines
+    {% if is_incremental() -%}
     where
         batch_id in (select batch_id from batch_loads)
         and batch_id >= (select min(batch_id) from batch_loads)
+    {%- endif %}
 
 ),
 {%- if is_incremental() %}

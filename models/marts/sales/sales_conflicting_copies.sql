@@ -51,7 +51,15 @@ copies_against_days as (
     -- each copy against its sale's first arrival among those days; kept: the copies that
     -- disagree with it, and those whose sale has none there (looked up below)
     select
-        copies.*,
+        copies.event_id,
+        copies.sale_date,
+        copies.sold_at,
+        copies.shop_id,
+        copies.amount,
+        copies.batch_id,
+        copies.file_name,
+        copies.line_number,
+        copies.batch_completed_at,
         first_arrivals.sale_date as first_sale_date,
         first_arrivals.sold_at as first_sold_at,
         first_arrivals.shop_id as first_shop_id,
@@ -80,22 +88,40 @@ copies_against_days as (
 
 ),
 
+unmatched_keys as (
+
+    -- the copies that found no first arrival among those days
+    select distinct event_id
+
+    from copies_against_days
+    where first_batch_id is null
+
+),
+
 registered_elsewhere as (
 
-    -- the first arrivals, on other days, of the copies that found none above
-    select * from {{ ref('int_sales_deduplicated') }}
-    where
-        event_id in (
-            select event_id from copies_against_days
-            where first_batch_id is null
-        )
+    -- their first arrivals, on other days
+    select registry.*
+
+    from {{ ref('int_sales_deduplicated') }} as registry
+    inner join unmatched_keys as unmatched
+        on
+            registry.event_id = unmatched.event_id
 
 ),
 
 copies_against_elsewhere as (
 
     select
-        copies.*,
+        copies.event_id,
+        copies.sale_date,
+        copies.sold_at,
+        copies.shop_id,
+        copies.amount,
+        copies.batch_id,
+        copies.file_name,
+        copies.line_number,
+        copies.batch_completed_at,
         first_arrivals.sale_date as first_sale_date,
         first_arrivals.sold_at as first_sold_at,
         first_arrivals.shop_id as first_shop_id,
@@ -108,9 +134,16 @@ copies_against_elsewhere as (
     inner join registered_elsewhere as first_arrivals
         on copies.event_id = first_arrivals.event_id
     where
-        copies.sold_at <> first_arrivals.sold_at
-        or copies.shop_id <> first_arrivals.shop_id
-        or copies.amount <> first_arrivals.amount
+        not (
+            copies.batch_id = first_arrivals.batch_id
+            and copies.file_name = first_arrivals.file_name
+            and copies.line_number = first_arrivals.line_number
+        )
+        and (
+            copies.sold_at <> first_arrivals.sold_at
+            or copies.shop_id <> first_arrivals.shop_id
+            or copies.amount <> first_arrivals.amount
+        )
 
 ),
 

@@ -51,7 +51,16 @@ copies_against_days as (
     -- each copy against its unit's first arrival among those days; kept: the copies that
     -- disagree with it, and those whose unit has none there (looked up below)
     select
-        copies.*,
+        copies.line_id,
+        copies.plc_seq,
+        copies.production_date,
+        copies.event_at,
+        copies.sku,
+        copies.verdict,
+        copies.batch_id,
+        copies.file_name,
+        copies.line_number,
+        copies.batch_completed_at,
         first_arrivals.production_date as first_production_date,
         first_arrivals.event_at as first_event_at,
         first_arrivals.sku as first_sku,
@@ -82,26 +91,44 @@ copies_against_days as (
 
 ),
 
+unmatched_keys as (
+
+    -- the copies that found no first arrival among those days
+    select distinct
+        line_id,
+        plc_seq
+
+    from copies_against_days
+    where first_batch_id is null
+
+),
+
 registered_elsewhere as (
 
-    -- the first arrivals, on other days, of the copies that found none above
-    select * from {{ ref('int_units_deduplicated') }}
-    where
-        (line_id, plc_seq) in (
-            select
-                line_id,
-                plc_seq
+    -- their first arrivals, on other days
+    select registry.*
 
-            from copies_against_days
-            where first_batch_id is null
-        )
+    from {{ ref('int_units_deduplicated') }} as registry
+    inner join unmatched_keys as unmatched
+        on
+            registry.line_id = unmatched.line_id
+            and registry.plc_seq = unmatched.plc_seq
 
 ),
 
 copies_against_elsewhere as (
 
     select
-        copies.*,
+        copies.line_id,
+        copies.plc_seq,
+        copies.production_date,
+        copies.event_at,
+        copies.sku,
+        copies.verdict,
+        copies.batch_id,
+        copies.file_name,
+        copies.line_number,
+        copies.batch_completed_at,
         first_arrivals.production_date as first_production_date,
         first_arrivals.event_at as first_event_at,
         first_arrivals.sku as first_sku,
@@ -116,9 +143,16 @@ copies_against_elsewhere as (
             copies.line_id = first_arrivals.line_id
             and copies.plc_seq = first_arrivals.plc_seq
     where
-        copies.event_at <> first_arrivals.event_at
-        or copies.sku <> first_arrivals.sku
-        or copies.verdict <> first_arrivals.verdict
+        not (
+            copies.batch_id = first_arrivals.batch_id
+            and copies.file_name = first_arrivals.file_name
+            and copies.line_number = first_arrivals.line_number
+        )
+        and (
+            copies.event_at <> first_arrivals.event_at
+            or copies.sku <> first_arrivals.sku
+            or copies.verdict <> first_arrivals.verdict
+        )
 
 ),
 
