@@ -12,6 +12,8 @@
     such a batch returns in batch '(vanished)', which replaces its row and is then deleted.
 -#}
 
+-- depends_on: {{ ref('stg_landing__batch_loads') }}
+
 with
 
 unit_lines as (
