@@ -199,8 +199,8 @@ def release_duckdb() -> None:
     """Close the DuckDB database dbt-duckdb keeps open after an invocation, if any.
 
     dbt-duckdb keeps one database open for the life of the process (its profile setting
-    keep_open, true by default), which spares reopening the file for every node of a build
-    (about 35 ms each). Its file lock would then shut out every other process (a readers'
+    keep_open, true by default), which spares reopening the file for every node of a build.
+    Its file lock would then shut out every other process (a readers'
     export, plain dbt, a reader) as long as this one lives: a long-lived process (a test
     session, a Prefect worker) releases it through the adapter's close_all_connections."""
     if "dbt.adapters.duckdb" not in sys.modules:

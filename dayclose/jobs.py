@@ -392,8 +392,7 @@ def _first_build_window(
     # Each line's day computed once: the range in the aggregate's filter, as a where on the
     # column is pushed down with the expression copied (DuckDB), and on Postgres `offset 0`,
     # which keeps the subquery from being merged into the outer query, where the expression is
-    # copied into the filter and the aggregate. 3 M lines: DuckDB 0.65 s, now 0.33 s (offset 0
-    # there: 0.67 s, one core); Postgres 8.6-10.2 s, now 6.0-6.1 s (the filter alone 8.6-8.9 s).
+    # copied into the filter and the aggregate, so each line would be decoded twice.
     fence = " offset 0" if wh.kind == "postgres" else ""
     days = f"from (select {day} as event_day from {raw}{fence}) as days"
     in_range = "filter (where event_day >= %s and event_day < %s)"
@@ -422,15 +421,14 @@ def event_day_sql(wh: Warehouse, event_at: str) -> str:
     """SQL: the day of a raw line's `event_at` timestamp, as text (null when none is found).
 
     The regular expression defines it: the first `"<event_at>" : "YYYY-MM-DDT`, spaces allowed
-    around the colon. Postgres' regular expressions are slow to capture (the first build's
-    look-up over a 30-day landing of 3 M lines: 28 to 29 s), so the lines whose first
-    `"<event_at>"` is followed by `: "`, a day of digits and a `T`, as dayclose's writers put
-    it, take the day by position (strpos, substr, like, translate; the same look-up: 10.6 to
-    11.5 s), and only the other lines go through the expression. The same result for every
+    around the colon. Postgres' regular expressions are slow to capture, so the lines whose
+    first `"<event_at>"` is followed by `: "`, a day of digits and a `T`, as dayclose's writers
+    put it, take the day by position (strpos, substr, like, translate), and only the other
+    lines go through the expression. The same result for every
     line: where the key's first occurrence is followed by a day, the expression matches there,
     and no match of it can start before the key's first occurrence. DuckDB's regular
     expressions are fast and its `translate` is not: there the same test of those 23
-    characters is one full match (3 M lines: 0.83 s against 1.66 s; the expression alone 1.07 s).
+    characters is one full match.
     """
     key = f'"{event_at}"'
     head = f'{key}: "____-__-__T'  # the key, then the day's 10 characters, then the T

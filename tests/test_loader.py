@@ -203,11 +203,12 @@ def checked_by(program: str, landing: Path, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 ANSWER_ONCE_THEN_EXIT = """
-import pickle, sys
+import json, sys
 from pathlib import Path
-from dayclose.loader.check import check_batch
-batches = pickle.load(sys.stdin.buffer)
-pickle.dump(("checked", [check_batch(b, Path(sys.argv[1])) for b in batches]), sys.stdout.buffer)
+from dayclose.loader.check import _batch_from, _checked_json, check_batch
+batches = [_batch_from(b) for b in json.loads(sys.stdin.buffer.readline())]
+answer = ["checked", [_checked_json(check_batch(b, Path(sys.argv[1]))) for b in batches]]
+sys.stdout.write(json.dumps(answer) + "\\n")
 sys.stdout.flush()
 sys.exit(5)
 """

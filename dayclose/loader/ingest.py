@@ -50,9 +50,8 @@ DUCKDB_LINES = (
 )
 # groups of batches written at once, each in its own transaction on its own connection
 # (dayclose.loader.load). Both engines number a read's lines in one ordered pass on one core:
-# DuckDB `row_number() over ()`, Postgres a sequence. Measured on 31 days of sales (3.1 M
-# lines, 2 cores): DuckDB 4.23 s one group at a time, 2.56 s two at a time; Postgres 8.6 to
-# 10.9 s, and 5.3 to 5.8 s with a sequence per writer.
+# DuckDB `row_number() over ()`, Postgres a sequence (one per writer), so two writers keep
+# two cores busy.
 WRITERS = 2
 POSTGRES_COPY = (
     "copy {table} (raw_line) from stdin with (format csv, delimiter e'\\x01', quote e'\\x02', "
@@ -101,9 +100,8 @@ def _raw_line_compression(wh: Warehouse) -> str:
     """DuckDB: the raw lines compressed by zstd where the file's storage format has it for
     text (v1.2.0 and later; DuckDB 2.0 makes new files in v2.0.0, 1.x in v1.0.0, where the
     column keeps DuckDB's own choice). Its choice, per segment (dictionary and FSST), costs
-    the load more than the lines' zstd: 31 days of sales (3.0 M lines), the load alone
-    2.12-2.14 -> 1.47-1.53 s (CPU 3.3 -> 2.1 s), the file 128 -> 77 MB; a scan of every line
-    that matches a regular expression 0.70 -> 0.75 s, the first build's decoding 3.0 -> 3.1 s."""
+    the load more than the lines' zstd, and makes a larger file; reading zstd back costs the
+    build a few percent."""
     if wh.kind != "duckdb":
         return ""
     tags = wh.scalar("select tags from duckdb_databases() where database_name = current_database()")

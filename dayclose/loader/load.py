@@ -352,9 +352,8 @@ def _bounded_memory(wh: Warehouse) -> Iterator[None]:
     DuckDB runs inside this process and by default keeps the pages it wrote cached up to 80%
     of the machine's memory, so the loading process would grow with the size of the day.
     A batch needs far less: each file is read, numbered and appended in a streaming pass, so
-    the cap only bounds that cache. Measured (bench.run, one day loaded by a new process): at
-    1GB the peak was 549 to 612 MiB for 5 M events and 1,109 MiB for 50 M, at 256MB 373 and
-    386 MiB, the loader as fast (3 M lines: 1.13 to 1.23 M lines/s against 1.19 M).
+    the cap only bounds that cache: the loader is as fast under it, and its peak memory no
+    longer grows with the day (bench.run's memory case, docs/benchmarks.md).
     """
     if wh.kind != "duckdb":
         yield

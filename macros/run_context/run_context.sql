@@ -96,7 +96,7 @@
 {#
     The batch size of the daily microbatch models: `day`, dbt's unit and plain dbt's, or
     `month`, which the dayclose command sets (DAYCLOSE_BATCH_SIZE, read when dbt parses the
-    models): dbt spends about 0.1 s of its own on every batch, whatever its size
+    models): dbt spends a fixed time of its own on every batch, whatever its size
     (docs/decisions/0005-month-batches.md).
 #}
 {% macro microbatch_batch_size() -%}
