@@ -10,7 +10,7 @@ equals dayclose's mart for the same days, row for row.
 
 The JSON functions differ per engine: DuckDB guards its JSON functions with json_valid;
 Postgres 15 has no safe cast to json, so a line is cast only after it matched the
-contract's flat-object regular expression (the same text as macros/contract.sql); `offset 0`
+contract's flat-object regular expression (the same text as macros/cross_db/landing_contract.sql); `offset 0`
 keeps Postgres from inlining the cast into every use of it (it re-ran the regular expression
 and the cast once per field and check: minutes for 400,000 lines).
 """

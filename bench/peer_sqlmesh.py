@@ -18,17 +18,15 @@ unique_combination_of_columns on the grain, accepted_range of the amount); shops
 For each landing of N days (N + 1 generated): a first build as of day N + 1 00:30 (dayclose: a
 fresh warehouse, `dayclose run sales`: load N days, build, gates, publish; SQLMesh: `plan`
 backfilling every day), then the next night (dayclose: `dayclose run sales`, load the night's
-batches, build the window, gates, publish; SQLMesh: `run`), then dayclose's first build again
-on another fresh warehouse: the first with dayclose's cache of dbt's compiled templates and
-config schemas (dayclose/dbt_cache.py, here the bench's own folder) emptied ("cold"), as
-SQLMesh's project and its cache are new each round, the second with it warm, as on a machine
-where dayclose has run before. Each is timed as a command an operator
+batches, build the window, gates, publish; SQLMesh: `run`). Each first build starts with no
+state of its tool's (dayclose: a new state folder, so dbt parses the project in full; SQLMesh: a
+new project and cache). Each is timed as a command an operator
 runs (a child process: interpreter start-up included for both), after one untimed import of
 each tool (the same warm page cache for both). After each step both
 daily_sales are compared row for row over every day (they must be equal). --repeat rounds
-(default 3) of the five steps, each from scratch, the tools taking turns: the same step took
-25 to 32 s in two runs minutes apart on this shared machine, so the medians count and the table
-shows every round. Goals: first build within 2x of SQLMesh's, nightly within 1.5x.
+(default 3) of the four steps, each from scratch, the tools taking turns: a shared machine's
+speed moves between runs minutes apart, so the medians count and the table shows every round.
+Goals: first build within 2x of SQLMesh's, nightly within 1.5x.
 """
 
 from __future__ import annotations
@@ -179,7 +177,7 @@ def ensure_sqlmesh(venv: Path) -> Path:
 def warm_up(python: Path) -> dict:
     """Import each tool once, untimed, so that both timed commands start from the same warm
     page cache (the first import after an install reads thousands of files from disk: it
-    made SQLMesh's first plan 20.3 s against 12.7 s warm)."""
+    made SQLMesh's first plan half again as long)."""
     seconds = {}
     for name, interpreter, module in (
         ("sqlmesh", python, "sqlmesh"),
@@ -292,12 +290,12 @@ def compare(duckdb_path: Path, export: Path) -> dict:
     return {"differences": diff, "rows": rows, "peer_rows": peer_rows, "days": days, "total": str(total)}
 
 
-STEPS = ("sqlmesh_first", "sqlmesh_nightly", "dayclose_first", "dayclose_nightly", "dayclose_first_warm")
-COMPARED = ("first", "nightly", "first_warm")  # dayclose's steps after which daily_sales is compared
+STEPS = ("sqlmesh_first", "sqlmesh_nightly", "dayclose_first", "dayclose_nightly")
+COMPARED = ("first", "nightly")  # dayclose's steps after which daily_sales is compared
 
 
 def case(days: int, per_day: int, python: Path, workdir: Path, repeat: int) -> dict:
-    """`repeat` rounds of the five timed steps, the tools taking turns; the medians count."""
+    """`repeat` rounds of the four timed steps, the tools taking turns; the medians count."""
     landing = sales_landing(days + 1, per_day)
     r: dict = {"days": days, "events_per_day": per_day, "landing": str(landing), "rounds": []}
     for n in range(1, repeat + 1):
@@ -311,7 +309,6 @@ def case(days: int, per_day: int, python: Path, workdir: Path, repeat: int) -> d
     r["sqlmesh"] = r["rounds"][0]["sqlmesh_first"].get("sqlmesh")
     r["sqlmesh_duckdb"] = r["rounds"][0]["sqlmesh_first"].get("duckdb")
     r["first_ratio"] = r["dayclose_first"]["seconds"] / r["sqlmesh_first"]["seconds"]
-    r["first_warm_ratio"] = r["dayclose_first_warm"]["seconds"] / r["sqlmesh_first"]["seconds"]
     r["nightly_ratio"] = r["dayclose_nightly"]["seconds"] / r["sqlmesh_nightly"]["seconds"]
     return r
 
@@ -333,9 +330,8 @@ def one_round(days: int, landing: Path, python: Path, workdir: Path) -> dict:
     log(f"SQLMesh: nightly run as of {night_as_of}")
     r["sqlmesh_nightly"] = sqlmesh_step(python, project, "run", night_as_of, export)
     log(f"  {r['sqlmesh_nightly']['seconds']:.1f} s")
-    shutil.rmtree(os.environ["DAYCLOSE_CACHE_DIR"], ignore_errors=True)  # dbt's templates: cold
     with fresh_target("duckdb", workdir) as target:
-        log(f"dayclose: first build of {days} days (run as of {first_as_of}, fresh warehouse, cache cold)")
+        log(f"dayclose: first build of {days} days (run as of {first_as_of}, fresh warehouse and state)")
         r["dayclose_first"] = dayclose_step(landing, first_as_of)
         log(f"  {r['dayclose_first']['seconds']:.1f} s; slowest: {r['dayclose_first']['slowest_dbt_nodes']}")
         r["equal_after_first"] = compare(target.duckdb_path, sqlmesh_first_export)
@@ -346,11 +342,6 @@ def one_round(days: int, landing: Path, python: Path, workdir: Path) -> dict:
         log(f"  {night['seconds']:.1f} s; slowest: {night['slowest_dbt_nodes']}")
         r["equal_after_nightly"] = compare(target.duckdb_path, export)
         log(f"  daily_sales after the nightly run: {r['equal_after_nightly']}")
-    with fresh_target("duckdb", workdir) as target:
-        log(f"dayclose: first build of {days} days again (fresh warehouse, cache warm)")
-        r["dayclose_first_warm"] = dayclose_step(landing, first_as_of)
-        log(f"  {r['dayclose_first_warm']['seconds']:.1f} s")
-        r["equal_after_first_warm"] = compare(target.duckdb_path, sqlmesh_first_export)
     for step in COMPARED:
         if r[f"equal_after_{step}"]["differences"]:
             raise SystemExit(
@@ -374,9 +365,6 @@ def main() -> None:
     os.environ.pop("DAYCLOSE_TARGET", None)
     log(f"bench.peer_sqlmesh: {json.dumps(vars(args))}")
     python = ensure_sqlmesh(Path(args.sqlmesh_venv))
-    # dbt's compiled templates and config schemas (dayclose/dbt_cache.py): the bench's own,
-    # emptied before each round's first build (cold, as SQLMesh's new project), then warm
-    os.environ["DAYCLOSE_CACHE_DIR"] = str(Path(args.workdir) / "dbt-cache")
     results: dict = {"machine": machine(), "args": vars(args), "cases": {}, "warm_up_s": warm_up(python)}
     for days in [int(d) for d in args.days.split(",")]:
         results["cases"][str(days)] = case(days, args.events_per_day, python, Path(args.workdir), args.repeat)
@@ -409,10 +397,8 @@ def render(results: dict) -> str:
 
     rows = [
         ("SQLMesh first build (plan, backfill every day) (s)", seconds("sqlmesh_first")),
-        ("dayclose first build (load, build, gates, publish), cold (s)", seconds("dayclose_first")),
+        ("dayclose first build (load, build, gates, publish) (s)", seconds("dayclose_first")),
         ("first build dayclose / SQLMesh (goal <= 2)", ratio("first_ratio")),
-        ("dayclose first build, dbt cache warm (s)", seconds("dayclose_first_warm")),
-        ("the same / SQLMesh", ratio("first_warm_ratio")),
         ("SQLMesh nightly run (s)", seconds("sqlmesh_nightly")),
         ("dayclose nightly run (load, build, gates, publish) (s)", seconds("dayclose_nightly")),
         ("nightly dayclose / SQLMesh (goal <= 1.5)", ratio("nightly_ratio")),

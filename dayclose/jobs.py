@@ -93,6 +93,7 @@ def run_nightly(
     summary = RunSummary(job_name, target.name, as_of, window_for(as_of, days), LoadReport(src.name, as_of))
     summary.window_days = days
     summary.run_id = run_id or summary.run_id
+    summary.warehouse = target.describe()
     overrides = {f"{src.name}_window_days": days} if window_days else {}
     run = _Run(src, target, summary, landing, overrides, runner, quiet, step, require_complete)
     return _locked(run, lock_timeout)
@@ -129,6 +130,7 @@ def restate(
     summary = RunSummary(job_name, target.name, as_of, window, LoadReport(src.name, as_of), kind="restate")
     summary.window_days = (window[1] - start).days
     summary.run_id = run_id or summary.run_id
+    summary.warehouse = target.describe()
     run = _Run(src, target, summary, landing, {}, runner, quiet, step, reason=reason)
     return _locked(run, lock_timeout)
 

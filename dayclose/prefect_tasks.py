@@ -92,7 +92,7 @@ def final_state(summary: RunSummary) -> State:
         )
         refused = "; ".join(r.message for r in summary.load.refused)
         return Failed(message=f"{summary.status}. {detail} {refused}".strip())
-    return Completed(message=f"published {summary.window[0]}..{summary.window[1]}", data=summary.run_id)
+    return Completed(message=f"published days {summary.days_text()}", data=summary.run_id)
 
 
 def nightly_flow_body(
@@ -164,7 +164,13 @@ def _awaiting_markers(summary: RunSummary) -> State:
         return Cancelled(name=AWAITING, message=f"{waiting}; not a deployment run: run it again later")
     if booked == "exhausted":
         return Failed(message=f"{waiting} after {MAX_CHECKS} checks; giving up, nothing published")
-    return Cancelled(name=AWAITING, message=f"{waiting}; checking again at {booked:%Y-%m-%d %H:%M:%S} UTC")
+    return Cancelled(
+        name=AWAITING,
+        message=(
+            f"{waiting}; checking again at {booked:%Y-%m-%d %H:%M:%S} UTC (at least {WAIT_MINUTES:g} "
+            f"minutes on, rounded up to a multiple of {WAIT_MINUTES:g} minutes)"
+        ),
+    )
 
 
 def book_follow_up(

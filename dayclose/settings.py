@@ -36,6 +36,13 @@ class Target:
             key = f"postgres-{self.schema}"
         return Path(os.environ.get("DAYCLOSE_STATE_DIR", PROJECT_DIR / ".dayclose")) / key
 
+    def describe(self) -> str:
+        """Where this warehouse is, for the summary: the DuckDB file, or the Postgres server,
+        database and schema every connection of a run uses (postgres_env)."""
+        if self.duckdb_path is not None:
+            return f"duckdb {self.duckdb_path}"
+        return f"postgres {postgres_where()}, schema {self.schema}"
+
     @property
     def dbt_target_dir(self) -> Path:
         """dbt's target path: the manifest, run results, partial-parse state and docs site."""
@@ -53,17 +60,36 @@ def resolve_target(name: str | None = None) -> Target:
     return Target(name="postgres", schema=os.environ.get("DAYCLOSE_SCHEMA", "dayclose"))
 
 
+# The Postgres every connection of a run uses (the loader's, the run lock's, the report's and
+# dbt's through profiles.yml.example, which names the same defaults): the libpq variables where
+# set, else these. Without them libpq alone would pick the local socket and a database named
+# after the OS user, and the loader and dbt could reach two different databases.
+POSTGRES_DEFAULTS = {"PGHOST": "127.0.0.1", "PGPORT": "5432", "PGUSER": "postgres", "PGDATABASE": "postgres"}
+
+
+def postgres_env() -> dict[str, str]:
+    """The libpq variables of the Postgres target, resolved once: the user's, else the defaults."""
+    return {name: os.environ.get(name) or default for name, default in POSTGRES_DEFAULTS.items()}
+
+
+def postgres_where() -> str:
+    """The Postgres server and database, for messages: `127.0.0.1:5432, database postgres`."""
+    env = postgres_env()
+    return f"{env['PGHOST']}:{env['PGPORT']}, database {env['PGDATABASE']}"
+
+
 def dbt_env(target: Target) -> dict[str, str]:
     """Environment the dbt profile (profiles.yml.example) and the models' configs read.
 
     DAYCLOSE_BATCH_SIZE: dayclose builds the daily microbatch models a month per batch, each
-    cut to the days the run rebuilds (macros/windows.sql); plain dbt, without it, a day."""
+    cut to the days the run rebuilds (macros/run_context/run_context.sql); plain dbt, without it, a day."""
     env = {"DAYCLOSE_TARGET": target.name, "DAYCLOSE_BATCH_SIZE": "month"}
     if target.duckdb_path is not None:
         env["DAYCLOSE_DUCKDB"] = str(target.duckdb_path)
         env["DAYCLOSE_DUCKDB_BLOCK_MEMORY"] = os.environ.get("DAYCLOSE_DUCKDB_BLOCK_MEMORY") or block_memory()
     else:
         env["DAYCLOSE_SCHEMA"] = target.schema
+        env.update(postgres_env())
         env["PGOPTIONS"] = postgres_options(os.environ.get("PGOPTIONS", ""))
     return env
 

@@ -27,7 +27,7 @@ class DayStatus:
 @dataclass
 class RunSummary:
     job: str
-    target: str
+    target: str  # the target's name; `warehouse` says where it is
     as_of: datetime
     window: tuple[date, date]
     load: LoadReport
@@ -47,6 +47,7 @@ class RunSummary:
     step_seconds: dict[str, float] = field(default_factory=dict)
     days_not_final: list[date] = field(default_factory=list)  # missed nights beyond catch_up_max_days
     days_held: list[date] = field(default_factory=list)  # not published: conflicting copies
+    warehouse: str = ""  # Target.describe(): the DuckDB file, or the Postgres server and database
 
     @property
     def source(self) -> Source:
@@ -56,23 +57,38 @@ class RunSummary:
     def ok(self) -> bool:
         return self.published and not self.load.refused
 
+    @property
+    def listed_days(self) -> tuple[date, date]:
+        """The days the summary lists, inclusive: the last window_days of the window (a first
+        build or a catch-up rebuilds more; the header says from when)."""
+        end = self.window[1] - timedelta(days=1)
+        return max(self.window[0], self.window[1] - timedelta(days=self.window_days)), end
+
+    def days_text(self) -> str:
+        """The listed days as every message names them: `2026-11-26 .. 2026-11-29`."""
+        first, last = self.listed_days
+        return f"{first} .. {last}"
+
     def lines(self) -> list[str]:
         """The short printed summary."""
-        start, end = self.window
+        rebuilt = "" if self.window[0] >= self.listed_days[0] else f" (rebuilt from {self.window[0]})"
         out = [
             f"dayclose {self.kind} {self.job} as of {self.as_of:%Y-%m-%d %H:%M} UTC on {self.target}: "
-            f"days {start} .. {end - timedelta(days=1)}",
+            f"days {self.days_text()}{rebuilt}",
         ]
+        if self.warehouse:
+            out.append(f"  warehouse: {self.warehouse}")
         if self.missing_markers:
             out.append(
                 f"  WAITING: {len(self.missing_markers)} arrival hours have no _SUCCESS yet: "
-                f"{pending_summary(self.missing_markers)}; nothing was built or published"
+                f"{pending_summary(self.missing_markers)}; nothing was loaded, built or published"
             )
-        out.append(
-            f"  load: {len(self.load.loaded)} batches, {self.load.rows_loaded:,} lines loaded; "
-            f"{self.load.already_loaded} already loaded; {len(self.load.waiting)} waiting for _SUCCESS; "
-            f"{len(self.load.refused)} refused ({self.load.seconds:.1f}s)"
-        )
+        else:
+            out.append(
+                f"  load: {len(self.load.loaded)} batches, {self.load.rows_loaded:,} lines loaded; "
+                f"{self.load.already_loaded} already loaded; {len(self.load.waiting)} waiting for _SUCCESS; "
+                f"{len(self.load.refused)} refused ({self.load.seconds:.1f}s)"
+            )
         for batch in self.load.waiting[-5:]:
             out.append(f"  waiting: {self.job} arrived={batch} has no _SUCCESS yet; loaded once it has")
         for refused in self.load.refused:
@@ -130,7 +146,8 @@ class RunSummary:
                 f"{_day_ranges(self.days_held)}; their previous published numbers stay"
             )
         published = "published to the readers' schema" if self.published else "NOT published"
-        out.append(f"  result: {'ok' if self.ok else 'FAILED'}: {self.status}; {published}")
+        verdict = "ok" if self.ok else "WAITING" if self.missing_markers else "FAILED"
+        out.append(f"  result: {verdict}: {self.status}; {published}")
         if self.message:
             out.append(f"  {self.message}")
         return out

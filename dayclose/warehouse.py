@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from dayclose.errors import Unavailable, WarehouseBusy
-from dayclose.settings import Target
+from dayclose.settings import Target, postgres_env, postgres_where
 
 
 class Warehouse:
@@ -145,22 +145,27 @@ class Warehouse:
 
 
 def postgres_connect(application_name: str):
-    """A psycopg2 connection from the libpq variables (PGHOST, PGPORT, PGUSER, PGPASSWORD,
-    PGDATABASE), or Unavailable naming the server when nothing answers there."""
+    """A psycopg2 connection to the Postgres of the run (dayclose.settings.postgres_env: the
+    libpq variables, else the defaults dbt's profile names too), or Unavailable naming it when
+    nothing answers there."""
     import psycopg2
 
+    env = postgres_env()
     try:
         return psycopg2.connect(
             "",
+            host=env["PGHOST"],
+            port=env["PGPORT"],
+            user=env["PGUSER"],
+            dbname=env["PGDATABASE"],
             application_name=application_name,
             connect_timeout=int(os.environ.get("PGCONNECT_TIMEOUT", "10")),
         )
     except psycopg2.OperationalError as exc:
-        where = f"{os.environ.get('PGHOST', 'localhost')}:{os.environ.get('PGPORT', '5432')}"
         detail = " ".join(str(exc).split())
         raise Unavailable(
-            f"cannot connect to Postgres at {where} (database {os.environ.get('PGDATABASE', '(default)')}): "
-            f"{detail}; set PGHOST, PGPORT, PGUSER, PGPASSWORD and PGDATABASE"
+            f"cannot connect to Postgres at {postgres_where()}: {detail}; "
+            "set PGHOST, PGPORT, PGUSER, PGPASSWORD and PGDATABASE"
         ) from None
 
 

@@ -1,6 +1,6 @@
 """An independent reading of the landing contract, in Python, to check the SQL against.
 
-It shares no code with macros/contract.sql: a hand-written tokenizer for flat JSON objects
+It shares no code with macros/cross_db/landing_contract.sql: a hand-written tokenizer for flat JSON objects
 (Python's json module accepts lone surrogates and gives no raw tokens), the calendar from
 `datetime`, and the business rules from the seeds' CSV files. `judge` says what the
 warehouse must make of one line: its dead-letter kind, or its typed values.
@@ -207,7 +207,7 @@ with open(SEEDS / "lines.csv") as _fh:
 
 
 def decode(source: str, line: bytes) -> Verdict:
-    """The contract alone (macros/contract.sql): decode_error_kind, or the typed fields."""
+    """The contract alone (macros/cross_db/landing_contract.sql): decode_error_kind, or the typed fields."""
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError:

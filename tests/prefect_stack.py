@@ -272,3 +272,10 @@ class PrefectStack:
             "POST", "/logs/filter", {"logs": {"flow_run_id": {"any_": [run_id]}}, "sort": "TIMESTAMP_ASC"}
         )
         return [f"{r['timestamp'][11:23]} {r['message']}" for r in rows]
+
+    def errors(self, run_id: str) -> list[str]:
+        """The run's log messages at level ERROR and above."""
+        rows = self.api(
+            "POST", "/logs/filter", {"logs": {"flow_run_id": {"any_": [run_id]}, "level": {"ge_": 40}}}
+        )
+        return [r["message"] for r in rows]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dayclose.errors import EXIT_CONFIG, EXIT_NOT_FOUND, EXIT_UNAVAILABLE, EXIT_USAGE
-from dayclose.settings import Target, block_memory, dbt_env, postgres_options
+from dayclose.settings import POSTGRES_DEFAULTS, PROJECT_DIR, Target, block_memory, dbt_env, postgres_options
 
 
 def dayclose(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -177,3 +177,20 @@ sys.exit(main(['stream', 'setup']))
         "dayclose stream: the operators' streaming path needs the package nats: "
         "install dayclose[stream] (pip install -e '.[stream]')"
     ]
+
+
+def test_the_loader_the_lock_and_dbt_reach_one_postgres(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the libpq variables, dayclose's own connections (postgres_connect) and dbt's
+    profile take the same defaults, and the summary names the server and database."""
+    for name in (*POSTGRES_DEFAULTS, "PGPASSWORD"):
+        monkeypatch.delenv(name, raising=False)
+    target = Target(name="postgres", schema="dayclose")
+    env = dbt_env(target)
+    assert {name: env[name] for name in POSTGRES_DEFAULTS} == POSTGRES_DEFAULTS
+    profile = (PROJECT_DIR / "profiles.yml.example").read_text()
+    for name, default in POSTGRES_DEFAULTS.items():  # dbt's own defaults, should it run without dayclose
+        assert f"env_var('{name}', '{default}')" in profile
+    assert target.describe() == "postgres 127.0.0.1:5432, database postgres, schema dayclose"
+    monkeypatch.setenv("PGDATABASE", "close")
+    assert dbt_env(target)["PGDATABASE"] == "close"
+    assert target.describe() == "postgres 127.0.0.1:5432, database close, schema dayclose"

@@ -57,6 +57,7 @@ def test_a_night_with_a_missing_marker_waits_and_comes_back_by_itself(
     # not Crashed, not Completed: waiting, with nothing published, and the worker released
     assert (ended["state_type"], ended["state_name"]) == ("CANCELLED", "AwaitingMarkers"), ended["state"]
     assert "2026-11-24T14" in ended["state"]["message"]
+    assert stack.errors(first) == []  # waiting is no error: no traceback in its log
     # the follow-up: one run of the same deployment, tagged for the night, its as-of pinned
     follow_ups = [r for r in stack.runs_of(deployment["id"]) if "AwaitingMarkers" in r["tags"]]
     assert [r["state_type"] for r in follow_ups] == ["SCHEDULED"], follow_ups

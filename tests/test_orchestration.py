@@ -7,6 +7,7 @@ the run lock and the kill test use the shared job code the CLI runs.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import signal
@@ -103,19 +104,43 @@ def test_retry_after_a_partly_written_load_ends_at_1x(
     assert ours["2026-11-20"] / week["2026-11-20"] > Decimal("0.99")
 
 
+class Records(logging.Handler):
+    """The records of Prefect's loggers (flow and task runs, the engine) while installed."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def __enter__(self) -> list[logging.LogRecord]:
+        logging.getLogger("prefect").addHandler(self)
+        return self.records
+
+    def __exit__(self, *exc: object) -> None:
+        logging.getLogger("prefect").removeHandler(self)
+
+
 def test_missing_marker_means_no_publication_and_no_success(
     prefect_api, engine: Target, landing: Path, week: dict
 ) -> None:
     from flows.sales_flow import sales_nightly
 
     (landing / "sales" / "arrived=2026-11-23T14" / "_SUCCESS").unlink()
-    state = sales_nightly(
-        as_of="2026-11-24T00:30", target=engine.name, landing=str(landing), return_state=True
-    )
+    with Records() as records:
+        state = sales_nightly(
+            as_of="2026-11-24T00:30", target=engine.name, landing=str(landing), return_state=True
+        )
     # outside a deployment nothing books a follow-up: the run ends waiting, not Completed
     assert state.is_cancelled() and state.name == "AwaitingMarkers"
     assert "2026-11-23T14" in state.message
     assert published(engine) == {}
+    # one vocabulary: the log says waiting, not failed, and holds no error
+    logs = [r.getMessage() for r in records]
+    assert "  result: WAITING: waiting for completeness markers; NOT published" in logs, logs
+    assert not any("waiting for _SUCCESS;" in m for m in logs)  # no load line counting 0 waiting
+    assert [r.getMessage() for r in records if r.levelno >= logging.ERROR] == []
     [(status, was_published)] = table(engine, "select status, published from {schema}_published.run_audit")
     assert (status, bool(was_published)) == ("waiting for completeness markers", False)
 

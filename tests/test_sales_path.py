@@ -114,6 +114,10 @@ def test_seed_four_night_timeline(engine: Target, landing: Path) -> None:
     assert shares[3] == 1, shares
     status = {d.day.isoformat(): d.can_still_change for d in summary.days}
     assert status == {MONDAY: False, "2026-11-24": True, "2026-11-25": True, "2026-11-26": True}
+    # the header names the days the summary lists, and where the numbers went
+    lines = summary.lines()
+    assert lines[0].endswith(f"days {MONDAY} .. 2026-11-26"), lines[0]
+    assert lines[1] == f"  warehouse: {engine.describe()}"
 
 
 def test_malformed_lines_dead_lettered_with_reasons(engine: Target, landing: Path) -> None:
