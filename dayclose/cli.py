@@ -75,7 +75,13 @@ def _run(args: argparse.Namespace) -> int:
     from dayclose.jobs import run_nightly
 
     as_of = parse_as_of(args.as_of)
-    summary = run_nightly(args.job, resolve_target(args.target), existing_folder(args.landing), as_of)
+    summary = run_nightly(
+        args.job,
+        resolve_target(args.target),
+        existing_folder(args.landing),
+        as_of,
+        quiet=not args.verbose,
+    )
     print("\n".join(summary.lines()))
     return 0 if summary.ok else EXIT_FAILED
 
@@ -91,6 +97,7 @@ def _restate(args: argparse.Namespace) -> int:
         args.reason,
         landing=existing_folder(args.landing) if args.landing else None,
         as_of=parse_as_of(args.as_of) if args.as_of else None,
+        quiet=not args.verbose,
     )
     print("\n".join(summary.lines()))
     return 0 if summary.ok else EXIT_FAILED
@@ -115,6 +122,9 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+VERBOSE = "print dbt's log lines as it runs (default: progress on stderr, dbt's log in its file)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -153,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="duckdb (default, file DAYCLOSE_DUCKDB) or postgres (libpq PG* variables)",
     )
+    run.add_argument("--verbose", action="store_true", help=VERBOSE)
     run.set_defaults(func=_run)
 
     rst = sub.add_parser("restate", help="rebuild closed days beyond the window, recorded and gated")
@@ -163,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     rst.add_argument("--landing", default=None, help="load complete batches not yet loaded first")
     rst.add_argument("--as-of", default=None, help="UTC instant (default: now)")
     rst.add_argument("--target", choices=TARGETS, default=None)
+    rst.add_argument("--verbose", action="store_true", help=VERBOSE)
     rst.set_defaults(func=_restate)
 
     rep = sub.add_parser("report", help="charts of the published numbers: one HTML page and its PNGs")

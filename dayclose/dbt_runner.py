@@ -84,6 +84,8 @@ def dbt_args(
     """
     args = [
         *(["--quiet"] if quiet else []),
+        # colour codes only for a terminal (not in a file, a pipe or Prefect's log)
+        "--use-colors" if sys.stdout.isatty() else "--no-use-colors",
         *command,
         "--project-dir",
         str(PROJECT_DIR),

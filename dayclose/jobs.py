@@ -202,7 +202,10 @@ def _load_build_publish(run: _Run, manifest: Callable[[], Any]) -> None:
             summary.window = _first_build_window(wh, target, run.source, summary, published_runs)
         _with_days_not_final(summary, published_runs)
     last_day = summary.window[1] - timedelta(days=1)
-    progress(f"build {summary.job}: days {summary.window[0]} .. {last_day}, then the gates")
+    progress(
+        f"build {summary.job}: days {summary.window[0]} .. {last_day}, then the gates "
+        f"(dbt's log: {target.state_dir / 'logs' / 'dbt.log'})"
+    )
     variables = {**run.project_vars, "run_id": summary.run_id}
     if run.reason is not None:
         variables["restate_reason"] = run.reason
@@ -240,6 +243,7 @@ def _publish(run: _Run) -> None:
         if project_vars()["hold_days_with_conflicting_copies"]
         else frozenset()
     )
+    progress(f"publish {summary.job}: the gates passed; days {summary.days_text()} to the readers")
     try:
         _timed(run, "publish", publish_step, run.target, summary.job, summary.window, summary.as_of, held)
     except PublishMismatch as exc:

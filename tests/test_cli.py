@@ -194,3 +194,34 @@ def test_the_loader_the_lock_and_dbt_reach_one_postgres(monkeypatch: pytest.Monk
     monkeypatch.setenv("PGDATABASE", "close")
     assert dbt_env(target)["PGDATABASE"] == "close"
     assert target.describe() == "postgres 127.0.0.1:5432, database close, schema dayclose"
+
+
+def test_a_run_prints_its_summary_on_stdout_and_progress_on_stderr(tmp_path: Path) -> None:
+    """dbt's node lines go to its log file (named on stderr), not before the summary;
+    no colour codes where the output is not a terminal; --verbose shows dbt's lines."""
+    from datetime import date
+
+    from dayclose.generate import generate_sales
+
+    landing = tmp_path / "landing"
+    generate_sales(landing, date(2026, 11, 20), 2, shops=5, events_per_day=50, seed=1)
+    env = {"DAYCLOSE_DUCKDB": str(tmp_path / "w.duckdb"), "DAYCLOSE_STATE_DIR": str(tmp_path / "state")}
+    quiet = dayclose("run", "sales", "--as-of", "2026-11-22T00:30", "--landing", str(landing), env=env)
+    assert quiet.returncode == 0, quiet.stdout + quiet.stderr
+    assert quiet.stdout.startswith("dayclose run sales as of 2026-11-22 00:30 UTC on duckdb: days"), (
+        quiet.stdout
+    )
+    assert "\x1b[" not in quiet.stdout + quiet.stderr
+    assert "Running with dbt" not in quiet.stdout + quiet.stderr
+    [log] = [
+        line.split("dbt's log: ")[1].rstrip(")")
+        for line in quiet.stderr.splitlines()
+        if "dbt's log: " in line
+    ]
+    assert "START sql" in Path(log).read_text()
+    assert "publish sales: the gates passed" in quiet.stderr
+    verbose = dayclose(
+        "run", "sales", "--as-of", "2026-11-22T00:30", "--landing", str(landing), "--verbose", env=env
+    )
+    assert verbose.returncode == 0, verbose.stdout + verbose.stderr
+    assert "Running with dbt" in verbose.stdout and "\x1b[" not in verbose.stdout
