@@ -158,6 +158,10 @@ def export_for_readers(target: Target) -> Path | None:
     run. Readers therefore get their own file, written beside it under a temporary name
     and renamed over the old one (atomic): a reader keeps the copy it opened, sees the new
     one when it connects again, and never holds a lock the writer needs.
+
+    The file holds the tables under the warehouse's name for them (`main_published.daily_sales`),
+    so one query runs on both; views of the same names in its default schema serve the
+    bare names (`daily_sales`).
     """
     path = readers_file(target)
     if path is None:
@@ -175,8 +179,10 @@ def export_for_readers(target: Target) -> Path | None:
         ]
         wh.execute(f"attach '{fresh}' as readers_copy")
         try:
+            wh.execute(f"create schema readers_copy.{pub}")
             for name in tables:
-                wh.execute(f"create table readers_copy.{name} as select * from {pub}.{name}")
+                wh.execute(f"create table readers_copy.{pub}.{name} as select * from {pub}.{name}")
+                wh.execute(f"create view readers_copy.main.{name} as select * from {pub}.{name}")
         finally:
             wh.execute("detach readers_copy")
     os.replace(fresh, path)

@@ -20,7 +20,9 @@ from dayclose import dbt_runner as dbt
 from dayclose.cli import main
 from dayclose.generate import generate_sales
 from dayclose.jobs import run_nightly
-from dayclose.settings import Target
+from dayclose.publish import readers_file
+from dayclose.settings import PROJECT_DIR, Target
+from dayclose.warehouse import Warehouse
 from tests.helpers import ts
 
 CHROMIUM_FLAGS = [
@@ -120,3 +122,29 @@ def test_report_draws_the_published_numbers(published_week: Target, tmp_path: Pa
 
     pixels = matplotlib.image.imread(shot)
     assert pixels.std() > 0.05  # the page drew charts, not a blank page
+
+
+def test_the_overviews_query_runs_where_readers_read(published_week: Target) -> None:
+    """The query the docs site's overview gives readers runs as written on the readers' file
+    and on the warehouse (DuckDB), and with the Postgres schema's name on Postgres."""
+    import re
+
+    docs = (PROJECT_DIR / "models" / "published" / "_published__docs.md").read_text()
+    [query] = re.findall(r"```sql\n(.*?)```", docs, re.S)
+    if published_week.name == "duckdb":
+        import duckdb
+
+        path = readers_file(published_week)
+        with duckdb.connect(str(path), read_only=True) as readers:
+            rows = readers.execute(query).fetchall()
+            assert readers.execute("select count(*) from daily_sales").fetchone()[0] > 0  # bare names too
+    else:
+        query = query.replace("main_published.", f"{published_week.schema}_published.")
+    with Warehouse(published_week) as wh:
+        in_warehouse = wh.query(query)
+    if published_week.name == "duckdb":
+        assert rows == in_warehouse
+    days = [str(r[0]) for r in in_warehouse]
+    assert days == [f"2026-11-{d}" for d in range(16, 24)], days
+    # the window's oldest day had its last build; the three after it can still change
+    assert [bool(r[3]) for r in in_warehouse] == [False] * 5 + [True] * 3
