@@ -13,7 +13,8 @@ import contextlib
 import html
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from dayclose.sources import sources
 from dayclose.warehouse import postgres_connect
 
 RECENT_DAYS = 14
+FAMILIES = ("Blues", "Oranges", "Greens", "Purples")  # a colour family per source
 
 
 @dataclass
@@ -44,7 +46,7 @@ class Published:
             return cur.fetchall()
 
     def has(self, table: str) -> bool:
-        schema = "main" if self.target.name == "duckdb" else self.prefix.rstrip(".")
+        schema = self.prefix.rstrip(".")
         sql = (
             "select count(*) from information_schema.tables "
             f"where table_schema = '{schema}' and table_name = '{table}'"
@@ -64,7 +66,7 @@ def published(target: Target) -> Iterator[Published]:
             )
         conn = duckdb.connect(str(path), read_only=True)
         try:
-            yield Published(target, conn, "")
+            yield Published(target, conn, f"{target.schema}_published.")
         finally:
             conn.close()
         return
@@ -93,16 +95,20 @@ def _save(plt: Any, fig: Any, path: Path) -> str:
     return path.name
 
 
-def lateness_chart(db: Published, out: Path) -> str | None:
+Chart = tuple[str | None, str]  # the PNG's file name (None: no data yet) and what it shows, in words
+
+
+def lateness_chart(db: Published, out: Path) -> Chart:
     """The share of a day's events arrived by each age, per source, window and 99.9% marked."""
     if not db.has("arrival_lateness_curve"):
-        return None
+        return None, "lateness not measured yet"
     rows = db.query(
         "select source_name, age_hours, share_arrived from {p}arrival_lateness_curve "
         "where age_hours <= 168 order by 1, 2"
     )
     if not rows:
-        return None
+        return None, "lateness not measured yet (no settled days in the measurement range)"
+    caption = []
     windows = {}
     if db.has("arrival_lateness"):
         windows = dict(db.query("select source_name, configured_window_days from {p}arrival_lateness"))
@@ -117,6 +123,11 @@ def lateness_chart(db: Published, out: Path) -> str | None:
                 f"{source}: {windows[source]}-day window", (last, 0.905), rotation=90, fontsize=7, color=color
             )
         p999 = next((a for a, share in points if share >= 0.999), None)
+        caption.append(
+            f"{source}: 99.9% of a day's events arrived by {p999} h"
+            if p999 is not None
+            else f"{source}: 99.9% not reached within 168 h"
+        )
         if p999 is not None:
             ax.plot([p999], [0.999], marker="o", color=color)
             ax.annotate(
@@ -132,11 +143,12 @@ def lateness_chart(db: Published, out: Path) -> str | None:
     ax.set_ylim(0.9, 1.002)
     ax.set_title("How late events arrive (measured; dashed: the nightly window's last rebuild)")
     ax.legend(loc="lower right")
-    return _save(plt, fig, out / "lateness_curve.png")
+    return _save(plt, fig, out / "lateness_curve.png"), "; ".join(caption)
 
 
-def completeness_chart(db: Published, out: Path) -> str | None:
-    """Expected completeness of the most recent days of each source's daily mart."""
+def completeness_chart(db: Published, out: Path) -> Chart:
+    """Expected completeness of the most recent days of each source's daily mart: no bar, and
+    "not measured yet", for a day whose expected share is unknown (lateness not measured)."""
     series = []
     for source in sources().values():
         if not db.has(source.mart):
@@ -147,34 +159,56 @@ def completeness_chart(db: Published, out: Path) -> str | None:
         )
         series.append((source.name, sorted(rows)))
     if not any(rows for _, rows in series):
-        return None
+        return None, "no published days yet"
     plt, fig, ax = _figure()
     width = 0.8 / max(len(series), 1)
+    known = [float(r[1]) for _, rows in series for r in rows if r[1] is not None]
+    floor = min([0.9, *known])
+    caption = []
     for i, (name, rows) in enumerate(series):
-        days = [r[0] for r in rows]
-        shares = [float(r[1]) if r[1] is not None else 0.0 for r in rows]
-        xs = [d.toordinal() + i * width for d in days]
-        colors = ["#e39b3a" if r[2] else "#3a7be3" for r in rows]
-        ax.bar(xs, shares, width=width, color=colors, label=name, edgecolor="black", linewidth=0.3)
-        for x, s in zip(xs, shares, strict=True):
-            if s < 0.9995:  # label the days still filling up
+        for day, share, changing in rows:
+            x = day.toordinal() + i * width
+            state = "can still change" if changing else "final"
+            if share is None:  # no bar: unknown is not 0%
                 ax.annotate(
-                    f"{s:.1%}", (x, s), fontsize=6, ha="center", xytext=(0, 2), textcoords="offset points"
+                    "not measured yet",
+                    (x, floor),
+                    fontsize=6,
+                    ha="center",
+                    rotation=90,
+                    xytext=(0, 3),
+                    textcoords="offset points",
+                    color="#666",
                 )
+                caption.append(f"{name} {day}: not measured yet, {state}")
+                continue
+            color = "#e39b3a" if changing else "#3a7be3"
+            ax.bar([x], [float(share)], width=width, color=color, edgecolor="black", linewidth=0.3)
+            if float(share) < 0.9995:  # label the days still filling up
+                ax.annotate(
+                    f"{float(share):.1%}",
+                    (x, float(share)),
+                    fontsize=6,
+                    ha="center",
+                    xytext=(0, 2),
+                    textcoords="offset points",
+                )
+            caption.append(f"{name} {day}: {float(share):.1%}, {state}")
     all_days = sorted({r[0] for _, rows in series for r in rows})
     ax.set_xticks(
         [d.toordinal() for d in all_days], [f"{d:%m-%d}" for d in all_days], rotation=45, fontsize=7
     )
-    ax.set_ylim(min(0.9, min(float(r[1] or 0) for _, rows in series for r in rows)), 1.01)
+    ax.set_ylim(floor, 1.01)
     ax.set_ylabel("expected share complete")
     ax.set_title(
         "Recent days: orange can still change, blue final (bars: " + ", ".join(n for n, _ in series) + ")"
     )
-    return _save(plt, fig, out / "completeness.png")
+    return _save(plt, fig, out / "completeness.png"), "; ".join(caption)
 
 
-def dead_letter_chart(db: Published, out: Path) -> str | None:
-    """Dead letters by kind and arrival day, per source (stacked)."""
+def dead_letter_chart(db: Published, out: Path) -> Chart:
+    """Dead letters by kind and arrival day, per source (stacked): each kind its own colour,
+    each source its own colour family (units hatched), the legend beside the plot."""
     rows = []
     for source in sources().values():
         if db.has(source.dead_letter_counts):
@@ -186,33 +220,48 @@ def dead_letter_chart(db: Published, out: Path) -> str | None:
                 )
             ]
     if not rows:
-        return None
+        return None, "no dead letters"
     days = sorted({r[1] for r in rows})[-RECENT_DAYS * 2 :]
     kinds = sorted({(r[0], r[2]) for r in rows if r[1] in days})
-    plt, fig, ax = _figure()
+    plt, fig, ax = _figure(11, 4.2)
+    names = sorted({s for s, _ in kinds})
+    families = {name: plt.get_cmap(FAMILIES[i % len(FAMILIES)]) for i, name in enumerate(names)}
     bottom = [0] * len(days)
+    caption = []
     for source, kind in kinds:
+        mine = [k for s, k in kinds if s == source]
+        shade = 0.35 + 0.6 * mine.index(kind) / max(len(mine) - 1, 1)
         counts = {r[1]: r[3] for r in rows if (r[0], r[2]) == (source, kind)}
         values = [counts.get(d, 0) for d in days]
-        ax.bar(range(len(days)), values, bottom=bottom, label=f"{source}: {kind}")
+        ax.bar(
+            range(len(days)),
+            values,
+            bottom=bottom,
+            label=f"{source}: {kind}",
+            color=families[source](shade),
+            hatch="//" if source != names[0] else None,
+            edgecolor="white",
+            linewidth=0.3,
+        )
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+        caption.append(f"{source} {kind}: {sum(values):,}")
     ax.set_xticks(range(len(days)), [f"{d:%m-%d}" for d in days], rotation=45, fontsize=7)
     ax.set_ylabel("lines dead-lettered")
     ax.set_title("Dead letters by arrival day and kind")
-    ax.legend(fontsize=6, ncol=2)
-    return _save(plt, fig, out / "dead_letters.png")
+    ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    return _save(plt, fig, out / "dead_letters.png"), "; ".join(caption)
 
 
-def run_history_chart(db: Published, out: Path) -> str | None:
+def run_history_chart(db: Published, out: Path) -> Chart:
     """The last runs with the seconds of each step; failed runs marked."""
     if not db.has("run_audit"):
-        return None
+        return None, "no runs yet"
     rows = db.query(
         "select job, as_of, coalesce(lock_s, 0), coalesce(load_s, 0), coalesce(build_s, 0), "
         "coalesce(publish_s, 0), published, started_at from {p}run_audit order by started_at desc limit 30"
     )[::-1]
     if not rows:
-        return None
+        return None, "no runs yet"
     plt, fig, ax = _figure(9, 3.8)
     bottom = [0.0] * len(rows)
     for i, step in enumerate(("lock", "load", "build", "publish")):
@@ -234,14 +283,33 @@ def run_history_chart(db: Published, out: Path) -> str | None:
     ax.set_ylabel("seconds")
     ax.set_title("Run history: time of each step")
     ax.legend(fontsize=7)
-    return _save(plt, fig, out / "run_history.png")
+    failed = sum(1 for r in rows if not r[6])
+    return _save(
+        plt, fig, out / "run_history.png"
+    ), f"{len(rows)} run{'s' * (len(rows) != 1)}, {failed} not published"
+
+
+def _cell(value: object) -> str:
+    """A value as readers read it: whole numbers without `.0`, thousands separated, instants
+    to the second (UTC)."""
+    if isinstance(value, datetime):
+        return f"{value:%Y-%m-%d %H:%M:%S}"
+    if isinstance(value, bool) or value is None:
+        return "" if value is None else ("yes" if value else "no")
+    if isinstance(value, (int, float, Decimal)):
+        if value == int(value):
+            return f"{int(value):,}"
+        return f"{value:,.2f}"
+    return str(value)
 
 
 def _table(headers: list[str], rows: list[tuple]) -> str:
     if not rows:
         return "<p><em>none</em></p>"
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row) + "</tr>" for row in rows)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(_cell(v))}</td>" for v in row) + "</tr>" for row in rows
+    )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
@@ -297,18 +365,19 @@ def write_report(target: Target, out: Path) -> Path:
         )
     sections = "".join(
         f"<section><h2>{html.escape(title)}</h2>"
-        + (f'<img src="{name}" alt="{html.escape(title)}">' if name else "<p><em>no data yet</em></p>")
+        + (f'<img src="{name}" alt="{html.escape(title)}">' if name else "")
+        + f'<p class="caption">{html.escape(caption)}</p>'
         + "</section>"
-        for title, name in charts
+        for title, (name, caption) in charts
     )
     page = out / "index.html"
     page.write_text(
         "<!doctype html><html><head><meta charset='utf-8'><title>dayclose report</title><style>"
         "body{font-family:sans-serif;max-width:1000px;margin:2em auto;color:#222}"
         "img{max-width:100%;border:1px solid #ddd}table{border-collapse:collapse;font-size:13px}"
-        "td,th{border:1px solid #ccc;padding:3px 6px}</style></head><body>"
+        "td,th{border:1px solid #ccc;padding:3px 6px}.caption{font-size:12px;color:#555}</style></head><body>"
         f"<h1>dayclose: the published numbers</h1><p>Read from {html.escape(where(target))}; "
-        f"last published run as of {last[0][0]} UTC; written {date.today()}.</p>"
+        f"last published run as of {_cell(last[0][0])} UTC; written {date.today()}.</p>"
         f"{sections}<section><h2>Restatements</h2>{tail}</section></body></html>"
     )
     return page

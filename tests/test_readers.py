@@ -7,6 +7,7 @@ import contextlib
 import functools
 import http.server
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -21,9 +22,11 @@ from dayclose.cli import main
 from dayclose.generate import generate_sales
 from dayclose.jobs import run_nightly
 from dayclose.publish import readers_file
-from dayclose.settings import PROJECT_DIR, Target
+from dayclose.settings import PROJECT_DIR, Target, resolve_target
 from dayclose.warehouse import Warehouse
 from tests.helpers import ts
+
+ARTIFACTS = PROJECT_DIR / "test-artifacts"
 
 CHROMIUM_FLAGS = [
     "--headless",
@@ -116,12 +119,54 @@ def test_report_draws_the_published_numbers(published_week: Target, tmp_path: Pa
     page = browse((out / "index.html").as_uri(), tmp_path)
     for name in pngs:
         assert f'src="{name}"' in page
-    shot = tmp_path / "report.png"
+    # what each chart shows, in its caption
+    captions = dict(re.findall(r"<h2>(.*?)</h2>.*?<p class=\"caption\">(.*?)</p>", page, re.S))
+    assert re.fullmatch(
+        r"sales: 99.9% of a day.*s events arrived by \d+ h", captions["How late data arrives"]
+    )
+    recent = captions["Recent days"].split("; ")
+    assert [r[:16] for r in recent] == [f"sales 2026-11-{d}" for d in range(16, 24)], recent
+    assert all(re.fullmatch(r"sales 2026-11-\d\d: \d+\.\d%, (final|can still change)", r) for r in recent)
+    assert [r.endswith("can still change") for r in recent] == [False] * 5 + [True] * 3
+    assert re.fullmatch(r"(sales \w+: [\d,]+(; )?)+", captions["Dead letters"]), captions["Dead letters"]
+    assert captions["Runs"] == "1 run, 0 not published"
+    # the page as a reader sees it, kept for a look after the run (test-artifacts/, git-ignored)
+    shot = ARTIFACTS / f"report-{published_week.name}.png"
+    shot.parent.mkdir(exist_ok=True)
     browse((out / "index.html").as_uri(), tmp_path, screenshot=shot)
     import matplotlib.image
 
     pixels = matplotlib.image.imread(shot)
     assert pixels.std() > 0.05  # the page drew charts, not a blank page
+
+
+def test_a_day_whose_lateness_is_not_measured_yet_is_not_shown_as_0_percent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fresh warehouse: two days, no settled day to measure lateness on."""
+    monkeypatch.setenv("DAYCLOSE_DUCKDB", str(tmp_path / "w.duckdb"))
+    monkeypatch.setenv("DAYCLOSE_STATE_DIR", str(tmp_path / "state"))
+    landing = tmp_path / "landing"
+    generate_sales(landing, date(2026, 11, 22), 2, shops=5, events_per_day=100, seed=5)
+    target = resolve_target("duckdb")
+    assert run_nightly("sales", target, landing, ts("2026-11-24T00:30"), quiet=True).ok
+    out = tmp_path / "report"
+    assert main(["report", "--target", "duckdb", "--out", str(out)]) == 0
+    page = (out / "index.html").read_text()
+    assert "lateness not measured yet" in page
+    assert "sales 2026-11-23: not measured yet, can still change" in page
+    assert "0.0%" not in page
+
+
+def test_report_tables_print_values_as_readers_read_them() -> None:
+    from datetime import datetime
+    from decimal import Decimal
+
+    from dayclose.report import _cell
+
+    assert _cell(7744.0) == "7,744" and _cell(Decimal("12.50")) == "12.50" and _cell(-3) == "-3"
+    assert _cell(datetime(2026, 11, 30, 9, 0, 1, 123456)) == "2026-11-30 09:00:01"
+    assert _cell(True) == "yes" and _cell(None) == ""
 
 
 def test_the_overviews_query_runs_where_readers_read(published_week: Target) -> None:
