@@ -6,6 +6,8 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -189,6 +191,24 @@ def test_monitor_killed_and_restarted_scores_every_reading_with_no_duplicate_ale
     assert sorted(r["alert_id"] for r in rows) == sorted(
         i.rsplit("/", 1)[0] for i in want if i.endswith("/open")
     )
+    # each paged (live) alert was a line on the monitor's stderr as it opened
+    paged = [r for r in rows if r["paged"]]
+    assert paged, "no live alert: the scenario pages nothing"
+    for r in paged:
+        assert f"ALERT {r['plant_id']}/{r['line_id']} {r['detector']} {r['sensor']}" in text, r
+    # and `dayclose alerts` lists the recent ones from line_alerts
+    listed = subprocess.run(
+        [sys.executable, "-m", "dayclose.cli", "alerts", "--last", "3"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert listed.returncode == 0, listed.stderr
+    out = listed.stdout.splitlines()
+    assert [line.startswith("ALERT ") for line in out] == [True, True, True, False], out
+    table = AlertTable(duckdb_target(Path(env["DAYCLOSE_DUCKDB"])))
+    assert out[-1].startswith(f"3 of {len(table.read())} alerts in {table.relation}"), out
 
 
 def test_a_redelivered_message_changes_nothing(nats) -> None:

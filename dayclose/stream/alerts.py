@@ -77,6 +77,23 @@ def _ts(value: str | None) -> datetime | None:
     return datetime.fromisoformat(value.rstrip("Z"))
 
 
+def alert_line(alert: dict) -> str:
+    """One line for an operator: where, what, the value against its threshold, when, and whether
+    it is still open (an alert as published, or a row of line_alerts)."""
+    where = f"{alert.get('plant_id')}/{alert.get('line_id') or '-'}"
+    what = " ".join(str(alert[k]) for k in ("detector", "sensor", "direction") if alert.get(k))
+    value, threshold = alert.get("opened_value"), alert.get("threshold")
+    figures = (
+        f"value {value:.4g} against {threshold:.4g}" if value is not None and threshold is not None else ""
+    )
+    state = "closed" if alert.get("closed_at") else "open"
+    latency = alert.get("latency_ms")
+    after = f", {latency:.0f} ms after arrival" if latency is not None else ""
+    return (
+        f"ALERT {where} {what}: {figures} at {alert.get('opened_at')} ({alert.get('lane')}, {state}{after})"
+    )
+
+
 def row_of(alert: dict) -> tuple:
     return tuple(_ts(alert.get(c)) if c in _TIMES else alert.get(c) for c, _, _ in COLUMNS)
 

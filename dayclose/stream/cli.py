@@ -146,6 +146,20 @@ def _archive(args: argparse.Namespace) -> int:
     return 0
 
 
+def _alerts(args: argparse.Namespace) -> int:
+    from dayclose.settings import resolve_target
+    from dayclose.stream.alerts import AlertTable, alert_line
+
+    table = AlertTable(resolve_target(args.target))
+    rows = table.read("closed_at is null" if args.open else "true")  # oldest first
+    shown = rows[-args.last :] if args.last > 0 else []
+    for row in shown:
+        print(alert_line(row))
+    which = "open alerts" if args.open else "alerts"
+    print(f"{len(shown)} of {len(rows)} {which} in {table.relation} ({table.target.describe()})")
+    return 0
+
+
 def add_commands(sub) -> None:
     """Register the streaming commands on the subparsers of dayclose/cli.py build_parser."""
     stream = sub.add_parser("stream", help="the durable queue: NATS JetStream streams and mapping")
@@ -196,6 +210,12 @@ def add_commands(sub) -> None:
         help="where a partition without a checkpoint starts: the stream's first message, or its next one",
     )
     mon.set_defaults(func=_monitor)
+
+    al = sub.add_parser("alerts", help="the monitors' recent alerts (line_alerts), newest last")
+    al.add_argument("--last", type=int, default=20, help="how many (default 20)")
+    al.add_argument("--open", action="store_true", help="only the alerts still open")
+    al.add_argument("--target", choices=TARGETS, default=None, help="where line_alerts is written")
+    al.set_defaults(func=_alerts)
 
     arc = sub.add_parser("archive", help="land the telemetry stream for the nightly units job")
     arc.add_argument("--landing", required=True, help="the landing root (units/ is written)")

@@ -35,7 +35,7 @@ from nats.js.errors import NotFoundError
 
 from dayclose.errors import DaycloseError
 from dayclose.settings import resolve_target
-from dayclose.stream.alerts import AlertTable
+from dayclose.stream.alerts import AlertTable, alert_line
 from dayclose.stream.config import LANES, StreamSettings
 from dayclose.stream.consumers import Puller, align, position
 from dayclose.stream.detectors import Reference, Thresholds
@@ -129,7 +129,7 @@ class Unit:
         self.sub = await Puller(nc, self.stream, self.name).start()
         return action
 
-    async def run(self, js, kv, stop: asyncio.Event, stats: Stats, live: bool) -> None:
+    async def run(self, js, kv, stop: asyncio.Event, stats: Stats, live: bool, page=None) -> None:
         unacked: list = []
         checkpointed = time.monotonic()
         while True:
@@ -147,7 +147,7 @@ class Unit:
             tick = getattr(self.processor, "tick", None)
             if tick is not None:
                 outs.append(tick())
-            await publish_outputs(js, self.settings, outs, stats)
+            await publish_outputs(js, self.settings, outs, stats, page)
             if msgs:
                 self.last_message = time.monotonic()
                 stats.messages += len(msgs)
@@ -184,11 +184,14 @@ class Unit:
             return Outputs(dead=[DeadLetter(plant, line, reason, msg.data, f"{seq}/all", msg.subject, seq)])
 
 
-async def publish_outputs(js, settings: StreamSettings, outs: list[Outputs], stats: Stats) -> None:
-    """Alerts and dead letters of a batch, stored before the batch is checkpointed."""
+async def publish_outputs(js, settings: StreamSettings, outs: list[Outputs], stats: Stats, page=None) -> None:
+    """Alerts and dead letters of a batch, stored before the batch is checkpointed; each paged
+    alert that opens is also one line for `page` (the operator's terminal)."""
     pending = []
     for out in outs:
         for alert in out.alerts:
+            if page is not None and alert["paged"] and alert["event"] == "open":
+                page(alert_line(alert))
             subject = settings.alert_subject(not alert["paged"], alert["plant_id"], alert["line_id"])
             headers = {"Nats-Msg-Id": f"{alert['alert_id']}/{alert['event']}"}
             pending.append(await js.publish_async(subject, json.dumps(alert).encode(), headers=headers))
@@ -296,7 +299,7 @@ async def run_worker(
         if log:
             parts = ", ".join(f"{a} {actions.count(a)}" for a in sorted(set(actions)))
             log(f"worker {worker}/{workers}: {len(units)} consumers ({parts})")
-        tasks = [asyncio.create_task(unit.run(js, kv, stop, stats, live)) for unit, live in units]
+        tasks = [asyncio.create_task(unit.run(js, kv, stop, stats, live, log)) for unit, live in units]
         if worker == 0 and sink:
             tasks.append(asyncio.create_task(sink_alerts(js, settings, target_name, stop)))
         if idle_exit:
