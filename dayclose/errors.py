@@ -8,7 +8,7 @@ exits. Anything else that escapes is a bug, shown with its traceback.
 from __future__ import annotations
 
 # Exit codes, after BSD sysexits.h where one fits.
-EXIT_FAILED = 1  # the run ran and did not publish (a gate failed, a batch was refused)
+EXIT_FAILED = 1  # the run did not publish, or not all (a gate failed, a batch was refused, no source folder)
 EXIT_USAGE = 64  # a bad argument or setting
 EXIT_DATA = 65  # input data that cannot be used as it is
 EXIT_NOT_FOUND = 66  # a file or folder that does not exist

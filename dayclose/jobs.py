@@ -258,6 +258,8 @@ def _publish(run: _Run) -> None:
     else:
         summary.published = True
         summary.status = "published" if not summary.load.refused else "published; batches refused"
+        if summary.load.missing_folder:
+            summary.status += "; no source folder in the landing"
         if held:
             summary.days_held = sorted(held)
             summary.status += "; days held back"

@@ -55,7 +55,7 @@ class RunSummary:
 
     @property
     def ok(self) -> bool:
-        return self.published and not self.load.refused
+        return self.published and not self.load.refused and not self.load.missing_folder
 
     @property
     def listed_days(self) -> tuple[date, date]:
@@ -88,6 +88,11 @@ class RunSummary:
                 f"  load: {len(self.load.loaded)} batches, {self.load.rows_loaded:,} lines loaded; "
                 f"{self.load.already_loaded} already loaded; {len(self.load.waiting)} waiting for _SUCCESS; "
                 f"{len(self.load.refused)} refused ({self.load.seconds:.1f}s)"
+            )
+        if self.load.missing_folder:
+            out.append(
+                f"  ERROR no folder {self.load.missing_folder} for the {self.job} batches (a mistyped "
+                "--landing, an unmounted share?): nothing loaded; the days' gates still ran"
             )
         for batch in self.load.waiting[-5:]:
             out.append(f"  waiting: {self.job} arrived={batch} has no _SUCCESS yet; loaded once it has")

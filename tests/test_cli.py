@@ -225,3 +225,18 @@ def test_a_run_prints_its_summary_on_stdout_and_progress_on_stderr(tmp_path: Pat
     )
     assert verbose.returncode == 0, verbose.stdout + verbose.stderr
     assert "Running with dbt" in verbose.stdout and "\x1b[" not in verbose.stdout
+
+
+def test_a_landing_without_the_jobs_folder_fails_the_run_naming_it(tmp_path: Path) -> None:
+    """A mistyped --landing or an unmounted share is no quiet night: exit 1, the folder named."""
+    from datetime import date
+
+    from dayclose.generate import generate_sales
+
+    landing = tmp_path / "landing"
+    generate_sales(landing, date(2026, 11, 20), 1, shops=3, events_per_day=20, seed=1)  # no units/
+    env = {"DAYCLOSE_DUCKDB": str(tmp_path / "w.duckdb"), "DAYCLOSE_STATE_DIR": str(tmp_path / "state")}
+    done = dayclose("run", "units", "--as-of", "2026-11-21T00:30", "--landing", str(landing), env=env)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"ERROR no folder {landing / 'units'} for the units batches" in done.stdout, done.stdout
+    assert "result: FAILED" in done.stdout

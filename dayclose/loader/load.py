@@ -78,6 +78,7 @@ class LoadReport:
     waiting: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    missing_folder: str | None = None  # the landing has no folder for this source at all
 
     @property
     def loaded(self) -> list[BatchResult]:
@@ -390,6 +391,8 @@ def load_source(
     started = time.monotonic()
     ensure_landing(wh, [s.table for s in sources().values()])
     report = LoadReport(source.name, as_of)
+    if not (landing / source.name).is_dir():  # a mistyped path, an unmounted share: never a quiet night
+        report.missing_folder = str(landing / source.name)
     batches, report.problems = discover(landing, source.name, as_of)
     loaded = dict(
         wh.query(
