@@ -428,7 +428,7 @@ def _calendar_day(text: str) -> date | None:
 def event_day_sql(wh: Warehouse, event_at: str) -> str:
     """SQL: the day of a raw line's `event_at` timestamp, as text (null when none is found).
 
-    The regular expression defines it: the first `"<event_at>" : "YYYY-MM-DDT`, spaces allowed
+    The regular expression defines it: the first `"<event_at>" : "YYYY-MM-DDT` (or `t`), spaces allowed
     around the colon. Postgres' regular expressions are slow to capture, so the lines whose
     first `"<event_at>"` is followed by `: "`, a day of digits and a `T`, as dayclose's writers
     put it, take the day by position (strpos, substr, like, translate), and only the other
@@ -442,7 +442,7 @@ def event_day_sql(wh: Warehouse, event_at: str) -> str:
     head = f'{key}: "____-__-__T'  # the key, then the day's 10 characters, then the T
     key_and_day = f"substr(raw_line, strpos(raw_line, '{key}'), {len(head)})"  # 0: shorter than head
     day = f"substr({key_and_day}, {len(key) + 4}, 10)"
-    pattern = wh.regexp_extract("raw_line", f'{key}[ ]*:[ ]*"([0-9]{{4}}-[0-9]{{2}}-[0-9]{{2}})T')
+    pattern = wh.regexp_extract("raw_line", f'{key}[ ]*:[ ]*"([0-9]{{4}}-[0-9]{{2}}-[0-9]{{2}})[Tt]')
     if wh.kind == "duckdb":
         has_day = f"""regexp_full_match({key_and_day}, '{key}: "[0-9]{{4}}-[0-9]{{2}}-[0-9]{{2}}T')"""
     else:

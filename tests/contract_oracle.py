@@ -41,7 +41,7 @@ WS = " \t\n\r"
 NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 ID = re.compile(r"[A-Za-z0-9_.:/-]{1,128}")
 TIMESTAMP = re.compile(
-    r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})(\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})"
+    r"([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt]([0-9]{2}):([0-9]{2}):([0-9]{2})(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})"
 )
 DECIMAL = re.compile(r"-?[0-9]{1,15}(?:\.[0-9]{1,2})?")
 SEQUENCE = re.compile(r"0|[1-9][0-9]*")
@@ -152,14 +152,16 @@ def _timestamp(raw: str) -> datetime | None:
     if year < 1000 or hour > 23 or minute > 59 or second > 59:
         return None
     offset = m.group(8)
-    if offset != "Z" and (int(offset[1:3]) > 14 or int(offset[4:6]) > 59):
+    if offset not in "Zz" and (int(offset[1:3]) > 14 or int(offset[4:6]) > 59):
         return None
     try:
-        local = datetime(year, month, day, hour, minute, second, int((m.group(7) or ".0")[1:].ljust(6, "0")))
+        local = datetime(year, month, day, hour, minute, second, int((m.group(7) or ".0")[1:7].ljust(6, "0")))
     except ValueError:  # not a calendar day
         return None
     minutes = (
-        0 if offset == "Z" else (1 if offset[0] == "+" else -1) * (int(offset[1:3]) * 60 + int(offset[4:6]))
+        0
+        if offset in ("Z", "z")
+        else (1 if offset[0] == "+" else -1) * (int(offset[1:3]) * 60 + int(offset[4:6]))
     )
     return local - timedelta(minutes=minutes)
 

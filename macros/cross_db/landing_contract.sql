@@ -30,7 +30,7 @@
         'flat_object': ws ~ '\\{' ~ ws ~ '(?:' ~ member ~ ws ~ '(?:,' ~ ws ~ member ~ ws ~ ')*)?\\}' ~ ws,
         'flat_object_without_escapes': ws ~ '\\{' ~ ws ~ '(?:' ~ plain_member ~ ws ~ '(?:,' ~ ws ~ plain_member ~ ws ~ ')*)?\\}' ~ ws,
         'id': '"[A-Za-z0-9_.:/-]+"',
-        'timestamp': '"' ~ date ~ 'T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]{1,6})?(?:Z|[+-](?:0[0-9]|1[0-4]):[0-5][0-9])"',
+        'timestamp': '"' ~ date ~ '[Tt](?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]+)?(?:[Zz]|[+-](?:0[0-9]|1[0-4]):[0-5][0-9])"',
         'decimal': '"-?[0-9]{1,15}(?:\\.[0-9]{1,2})?"|-?[0-9]{1,15}(?:\\.[0-9]{1,2})?',
         'decimal_as_json': '"-?[0-9]{1,15}(?:\\.[0-9]{1,2})?"|-?(?:0|[1-9][0-9]{0,14})(?:\\.[0-9]{1,2})?',
         'sequence': '0|[1-9][0-9]*',
@@ -237,7 +237,9 @@
     null token). `is_plain`: SQL saying the token is known to match its kind's expression (a
     plain line's, is_plain_json_line): only the rest of the rule is checked. The kinds:
     - id:        a JSON string of 1 to 128 characters from A-Z a-z 0-9 _ . : / -
-    - timestamp: a JSON string, RFC 3339 with a time zone (contract_patterns)
+    - timestamp: a JSON string, an RFC 3339 date-time (section 5.6: T and Z in either case, any
+                 number of fraction digits, kept to the microsecond by truncation), year 1000
+                 or later, offset at most 14:59; no leap second (:60)
     - decimal:   a JSON string or number, optional minus, 1 to 15 digits, at most 2 decimals
     - sequence:  a JSON integer from 0 to 9223372036854775807
     - number:    a finite JSON number, at most 16 integer digits, 15 decimals, a two-digit exponent
@@ -269,7 +271,7 @@
 {% macro kind_rule(kind) -%}
     {{- {
         'id': 'not an id (1 to 128 of A-Z a-z 0-9 _ . : / -)',
-        'timestamp': 'not an RFC 3339 timestamp with a time zone',
+        'timestamp': 'not an RFC 3339 date-time (YYYY-MM-DDTHH:MM:SS, optional fraction, Z or +-HH:MM up to 14:59, year from 1000)',
         'decimal': 'not a decimal with at most 2 decimals',
         'sequence': 'not an integer from 0 to 9223372036854775807',
         'number': 'not a finite number',
@@ -310,18 +312,22 @@
 
 {#
     SQL: the UTC time of a valid RFC 3339 timestamp token (a JSON string: quotes, the local
-    time, then Z or an offset +HH:MM / -HH:MM), as a timestamp without time zone. By default
-    the local time less the offset, taken apart by position. DuckDB reads the offset itself
-    when it casts the text to a timestamp with time zone, and its instant's microseconds since
-    the epoch make the timestamp, whatever the session's time zone (faster than by position there).
+    time with any number of fraction digits, then Z or an offset +HH:MM / -HH:MM, T and Z in
+    either case), as a timestamp without time zone. The local time is rewritten as
+    `YYYY-MM-DD HH:MM:SS[.ffffff]`: the fraction cut to microseconds (truncated, never rounded,
+    so the last nanosecond of a day stays in its day). By default the local time less the
+    offset, taken apart by position. DuckDB reads the offset itself when it casts the text to
+    a timestamp with time zone, and its instant's microseconds since the epoch make the
+    timestamp, whatever the session's time zone (faster than by position there).
 #}
 {% macro utc_timestamp(token) -%}
     {{ return(adapter.dispatch('utc_timestamp', 'dayclose')(token)) }}
 {%- endmacro %}
 
 {% macro default__utc_timestamp(token) -%}
-    {%- set is_utc = token ~ " like '%Z\"'" -%}
-    {%- set local = "cast(substr(" ~ token ~ ", 2, length(" ~ token ~ ") - case when " ~ is_utc ~ " then 3 else 8 end) as " ~ dbt.type_timestamp() ~ ")" -%}
+    {%- set is_utc = "upper(substr(" ~ token ~ ", length(" ~ token ~ ") - 1, 1)) = 'Z'" -%}
+    {%- set fraction = "case when substr(" ~ token ~ ", 21, 1) = '.' then substr(" ~ token ~ ", 21, least(7, length(" ~ token ~ ") - case when " ~ is_utc ~ " then 22 else 27 end)) else '' end" -%}
+    {%- set local = "cast(substr(" ~ token ~ ", 2, 10) || ' ' || substr(" ~ token ~ ", 13, 8) || " ~ fraction ~ " as " ~ dbt.type_timestamp() ~ ")" -%}
     {%- set offset_minutes -%}
         case
             when {{ is_utc }} then 0
@@ -335,5 +341,8 @@
 {%- endmacro %}
 
 {% macro duckdb__utc_timestamp(token) -%}
-    make_timestamp(epoch_us(cast(substr({{ token }}, 2, length({{ token }}) - 2) as timestamptz)))
+    {%- set is_utc = "upper(substr(" ~ token ~ ", length(" ~ token ~ ") - 1, 1)) = 'Z'" -%}
+    {%- set fraction = "case when substr(" ~ token ~ ", 21, 1) = '.' then substr(" ~ token ~ ", 21, least(7, length(" ~ token ~ ") - case when " ~ is_utc ~ " then 22 else 27 end)) else '' end" -%}
+    {%- set zone = "case when " ~ is_utc ~ " then '+00:00' else substr(" ~ token ~ ", length(" ~ token ~ ") - 6, 6) end" -%}
+    make_timestamp(epoch_us(cast(substr({{ token }}, 2, 10) || ' ' || substr({{ token }}, 13, 8) || {{ fraction }} || {{ zone }} as timestamptz)))
 {%- endmacro %}
