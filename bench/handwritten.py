@@ -3,7 +3,7 @@
 Each is one CREATE TABLE ... AS SELECT over the landing's raw lines (the table the loader
 fills and the nightly build starts from), doing what dayclose's models do for the window:
 decode each line by the landing contract (a flat JSON object with exactly the source's
-fields, each value of its kind: the README's rules, with the engine's own JSON functions),
+fields, each value of its kind: the rules of docs/contract.md, with the engine's own JSON functions),
 validate it by the business rules, keep each event once at its first arrival, and
 aggregate the window's good events per day. The bench times it and checks that its result
 equals dayclose's mart for the same days, row for row.

@@ -148,7 +148,10 @@ def test_malformed_lines_dead_lettered_with_reasons(engine: Target, landing: Pat
     assert sorted(letters) == sorted(bad)
     assert letters[2].startswith("invalid JSON")
     assert letters[3] == "missing field amount"
-    assert letters[4] == 'sold_at: not an RFC 3339 timestamp with a time zone: "yesterday"'
+    assert (
+        letters[4] == "sold_at: not an RFC 3339 date-time (YYYY-MM-DDTHH:MM:SS, optional fraction, "
+        'Z or +-HH:MM up to 14:59, year from 1000): "yesterday"'
+    )
     assert letters[5] == 'amount: not a decimal with at most 2 decimals: "ten"'
     assert letters[6] == "negative amount"
     assert letters[7].startswith("absurd amount")
@@ -432,7 +435,7 @@ FIRST_BUILD_LINES = [
 def test_the_first_build_reads_each_lines_day_as_the_expression_defines_it(engine: Target) -> None:
     """The first build's look-up takes most lines' day by position and the rest by the regular
     expression: on both engines, every line gives the expression's own day (checked in Python)."""
-    expression = re.compile(r'"sold_at"[ ]*:[ ]*"([0-9]{4}-[0-9]{2}-[0-9]{2})T')
+    expression = re.compile(r'"sold_at"[ ]*:[ ]*"([0-9]{4}-[0-9]{2}-[0-9]{2})[Tt]')
     expected = [(m.group(1) if (m := expression.search(line)) else None) for line in FIRST_BUILD_LINES]
     assert expected.count(None) == 6  # 7 lines with a day (3 by position, 4 by the expression), 6 without
     with Warehouse(engine) as wh:
@@ -470,3 +473,61 @@ def test_a_first_build_starts_on_the_earliest_calendar_day_whatever_garbage_days
         **{(f"2026-01-0{day}", "S-002"): (Decimal("10.00"), 1) for day in range(3, 10)},
     }
     assert sum(summary.dead_letters.values()) == 2
+
+
+PLAIN_DBT_NIGHT = (
+    "dbt build --select +tag:sales tag:shared --exclude tag:units "
+    "--vars '{as_of: \"2026-11-25 00:30:00\"}' --event-time-start 2026-11-21 --event-time-end 2026-11-25"
+)
+
+
+def test_plain_dbt_repeats_a_night_as_the_readme_says(engine: Target, landing: Path, tmp_path: Path) -> None:
+    """The README's plain-dbt command for the night as of 2026-11-25 00:30 rebuilds that
+    night's window (2026-11-21 .. 2026-11-24) as `dayclose run` did; without the event-time
+    flags dbt would pick the days from the clock, so plain dbt refuses as_of alone, naming them."""
+    import os
+    import shlex
+    import subprocess
+    import sys
+
+    from dayclose.settings import PROJECT_DIR, dbt_env
+
+    if engine.name != "duckdb":
+        pytest.skip("plain dbt's window is the project's, the same on both engines")
+    generate_sales(landing, date(2026, 11, 18), 7, shops=10, events_per_day=300, seed=8)
+    assert run(engine, landing, "2026-11-25T00:30").ok
+    query = "select * from {schema}.daily_sales order by sale_date, shop_id"
+    by_dayclose = table(engine, query)
+    window = [str(d) for d in sorted({r[0] for r in by_dayclose}) if str(d) >= "2026-11-21"]
+    assert window == ["2026-11-21", "2026-11-22", "2026-11-23", "2026-11-24"], window
+    with Warehouse(engine) as wh:  # the night's days gone from the write side: dbt must rebuild them
+        wh.execute(f"delete from {engine.schema}.daily_sales where sale_date >= '2026-11-21'")
+
+    (tmp_path / "profiles.yml").write_text((PROJECT_DIR / "profiles.yml.example").read_text())
+    env = {
+        **os.environ,
+        **{k: v for k, v in dbt_env(engine).items() if k != "DAYCLOSE_BATCH_SIZE"},  # plain dbt's own
+        "DBT_PROFILES_DIR": str(tmp_path),
+        "DBT_TARGET_PATH": str(tmp_path / "target"),
+        "DBT_LOG_PATH": str(tmp_path / "logs"),
+    }
+
+    def plain_dbt(command: str) -> subprocess.CompletedProcess:
+        dbt = str(Path(sys.executable).with_name("dbt"))
+        return subprocess.run(
+            [dbt, *shlex.split(command)[1:]],
+            cwd=PROJECT_DIR,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    refused = plain_dbt(PLAIN_DBT_NIGHT.split(" --event-time-start")[0])
+    assert refused.returncode != 0
+    assert "--event-time-start 2026-11-21 --event-time-end 2026-11-25" in refused.stdout, refused.stdout
+    done = plain_dbt(PLAIN_DBT_NIGHT)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert table(engine, query) == by_dayclose  # the same days, figures, flags and as-of stamps
+    readme = (PROJECT_DIR / "README.md").read_text()
+    assert " ".join(PLAIN_DBT_NIGHT.split()) in " ".join(readme.replace("\\\n", " ").split())

@@ -141,12 +141,16 @@
         {%- endif -%}
         {%- if var('as_of', '') and flags.WHICH in ('build', 'run') and not invocation_args_dict.get('event_time_end') -%}
             {%- set as_of_day = modules.datetime.date.fromisoformat(var('as_of')[:10]) -%}
-            {%- set first = as_of_day - modules.datetime.timedelta(days=var('landing_sources')['sales']['window_days']) -%}
+            {%- set windows = [] -%}
+            {%- for name, entry in var('landing_sources').items() -%}
+                {%- set first = as_of_day - modules.datetime.timedelta(days=entry['window_days']) -%}
+                {%- do windows.append("--event-time-start " ~ first.isoformat() ~ " --event-time-end "
+                    ~ as_of_day.isoformat() ~ " for the " ~ name ~ " window") -%}
+            {%- endfor -%}
             {{ exceptions.raise_compiler_error(
                 "as_of " ~ var('as_of') ~ " is given, but dbt decides the days a microbatch model builds "
-                ~ "from --event-time-start/--event-time-end (else from the clock): pass them too, e.g. "
-                ~ "--event-time-start " ~ first.isoformat() ~ " --event-time-end " ~ as_of_day.isoformat()
-                ~ " for the sales window that ends the day before " ~ as_of_day.isoformat()
+                ~ "from --event-time-start/--event-time-end (else from the clock): pass them too, "
+                ~ windows | join("; ") ~ ", each ending the day before " ~ as_of_day.isoformat()
                 ~ " (README, 'Plain dbt')"
             ) }}
         {%- endif -%}
