@@ -237,8 +237,9 @@ def decode(source: str, line: bytes) -> Verdict:
     return Verdict(None, values)
 
 
-def judge(source: str, line: bytes) -> Verdict:
-    """The contract, then the source's business rules (its validated-lines model)."""
+def judge(source: str, line: bytes, received_by: datetime | None = None) -> Verdict:
+    """The contract, then the source's business rules (its validated-lines model).
+    `received_by`: the end of the line's batch's arrival hour plus max_clock_skew_minutes."""
     decoded = decode(source, line)
     if not decoded.is_valid:
         return decoded
@@ -251,6 +252,8 @@ def judge(source: str, line: bytes) -> Verdict:
             return Verdict("negative_amount")
         if v["amount"] > MAX_SALE_AMOUNT:
             return Verdict("absurd_amount")
+        if received_by is not None and v["received_at"] > received_by:
+            return Verdict("from_the_future")
         if v["sold_at"] > v["received_at"]:
             return Verdict("sold_after_received")
         return decoded
@@ -262,6 +265,8 @@ def judge(source: str, line: bytes) -> Verdict:
         return Verdict("unknown_verdict")
     if v["event_at"] < COMMISSIONED[v["line_id"]]:
         return Verdict("before_commissioning")
+    if received_by is not None and v["received_at"] > received_by:
+        return Verdict("from_the_future")
     if v["event_at"] > v["received_at"]:
         return Verdict("produced_after_received")
     return decoded

@@ -384,3 +384,31 @@ def test_a_duckdb_reader_never_blocks_the_nightly_run(engine: Target, landing: P
         check=True,
     ).stdout
     assert "run_audit" in tables and "daily_sales" in tables
+
+
+def test_a_day_resent_with_new_ids_is_flagged_as_a_possible_resend(engine: Target, landing: Path) -> None:
+    """Seed 004's 2.1x: Wednesday's sales sent again with new event ids double Wednesday, and
+    no id can tell. The volume gate judges it against the three earlier Wednesdays there are
+    (not the four it would like), says so, and names it a possible resend."""
+    from datetime import timedelta
+
+    first = date(2026, 10, 29)
+    for n in range(29):  # 2026-10-29 .. 2026-11-26, 20 sales of 10.00 a day
+        day = first + timedelta(days=n)
+        lines = [
+            sale(f"{day}-{i}", "S-001", f"{day}T12:{i:02d}:00Z", f"{day}T12:{i:02d}:30Z") for i in range(20)
+        ]
+        write_batch(landing, f"{day}T12", lines)
+    wednesday = "2026-11-25"
+    resent = [
+        sale(f"again-{i}", "S-001", f"{wednesday}T12:{i:02d}:00Z", f"{wednesday}T20:{i:02d}:00Z")
+        for i in range(20)
+    ]
+    write_batch(landing, f"{wednesday}T20", resent)
+    summary = run(engine, landing, "2026-11-27T00:30")
+    assert summary.ok, summary.lines()  # a warning: readers get the numbers, and the summary says why
+    assert [n.name for n in summary.build.warned()] == ["sales_volume_within_band"], summary.lines()
+    [row] = summary.gate_failures["sales_volume_within_band"]
+    assert f"calendar_date={wednesday}" in row and "day_total=400" in row, row
+    assert "weeks_compared=3" in row and "finding=possible resend" in row, row
+    assert any("warn sales_volume_within_band" in line for line in summary.lines())

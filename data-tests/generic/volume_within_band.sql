@@ -1,9 +1,12 @@
 {#
     Gate volume_within_band, on a daily mart's measure column: fails for every day of
     the run's rebuilt range whose total is outside a band around the median of the same
-    weekday over the previous volume_anomaly_weeks weeks: below (1 - band) x median or
-    above (1 + band) x median (volume_anomaly_band). Needs at least two earlier weeks to
-    judge. Warns or blocks as volume_anomaly_severity says.
+    weekday over the previous volume_anomaly_weeks weeks (those there are: at least two):
+    below (1 - band) x median or above (1 + band) x median (volume_anomaly_band), or at 1.9
+    to 2.1 times the median whatever the band: a day sent twice with new event ids (seed
+    004's 2.1x), which no id can tell from real sales. Each failing row says how many
+    earlier weekdays judged it, and what it looks like. Warns or blocks as
+    volume_anomaly_severity says.
 
         columns:
           - name: sales_amount
@@ -62,7 +65,13 @@ final as (
         calendar_date,
         day_total,
         weekday_median,
-        weeks_compared
+        weeks_compared,
+        case
+            when day_total between 1.9 * weekday_median and 2.1 * weekday_median
+                then 'possible resend: 1.9 to 2.1 times the usual total'
+            when day_total < weekday_median then 'below the band'
+            else 'above the band'
+        end as finding
 
     from same_weekday
     where
@@ -70,6 +79,7 @@ final as (
         and (
             day_total < (1 - {{ band }}) * weekday_median
             or day_total > (1 + {{ band }}) * weekday_median
+            or day_total between 1.9 * weekday_median and 2.1 * weekday_median
         )
 
 )

@@ -1,7 +1,9 @@
 {#
     Every sales line with its verdict: the contract's decode error, else the first business
     rule it breaks, in this order (the first names the line's dead letter): a known shop, a
-    non-negative amount, at most max_sale_amount, sold before it was received.
+    non-negative amount, at most max_sale_amount, received no later than its batch's arrival
+    hour ended plus max_clock_skew_minutes (a till whose clock runs ahead, a sale dated 2099:
+    else counted in no published day until then), sold before it was received.
 #}
 {{ config(event_time='sold_at', tags=['sales']) }}
 
@@ -28,6 +30,7 @@ checked as (
             when shops.shop_id is null then 'unknown_shop'
             when decoded.amount < 0 then 'negative_amount'
             when decoded.amount > {{ var('max_sale_amount') }} then 'absurd_amount'
+            when decoded.received_at > {{ dbt.dateadd('minute', var('max_clock_skew_minutes'), 'decoded.batch_completed_at') }} then 'from_the_future'
             when decoded.sold_at > decoded.received_at then 'sold_after_received'
         end as dead_letter_kind,
         case
@@ -36,6 +39,8 @@ checked as (
             when decoded.amount < 0 then 'negative amount'
             when decoded.amount > {{ var('max_sale_amount') }}
                 then 'absurd amount: above max_sale_amount ({{ var("max_sale_amount") }})'
+            when decoded.received_at > {{ dbt.dateadd('minute', var('max_clock_skew_minutes'), 'decoded.batch_completed_at') }}
+                then 'received_at after its batch arrived (more than max_clock_skew_minutes, {{ var("max_clock_skew_minutes") }}, past the arrival hour)'
             when decoded.sold_at > decoded.received_at then 'sold_at after received_at'
         end as dead_letter_reason
 

@@ -2,7 +2,8 @@
     Every units line with its verdict and its sensor flags: the contract's decode error, else
     the first business rule it breaks, in this order (the first names the dead letter): a known
     line, a known SKU, a verdict of good or reject, produced after the line was commissioned,
-    produced before it was received. A sensor reading outside the SKU's spec is flagged here and
+    received no later than its batch's arrival hour ended plus max_clock_skew_minutes (a PLC
+    whose clock runs ahead), produced before it was received. A sensor reading outside the SKU's spec is flagged here and
     nothing more: the count follows the PLC's verdict, never the sensors.
 #}
 {{ config(event_time='event_at', tags=['units']) }}
@@ -49,6 +50,7 @@ checked as (
             when skus.sku is null then 'unknown_sku'
             when decoded.verdict not in ('good', 'reject') then 'unknown_verdict'
             when decoded.event_at < lines.commissioned_at then 'before_commissioning'
+            when decoded.received_at > {{ dbt.dateadd('minute', var('max_clock_skew_minutes'), 'decoded.batch_completed_at') }} then 'from_the_future'
             when decoded.event_at > decoded.received_at then 'produced_after_received'
         end as dead_letter_kind,
         case
@@ -58,6 +60,8 @@ checked as (
             when decoded.verdict not in ('good', 'reject')
                 then {{ dbt.concat(["'verdict not in (good, reject): '", "decoded.verdict"]) }}
             when decoded.event_at < lines.commissioned_at then 'event_at before the line was commissioned'
+            when decoded.received_at > {{ dbt.dateadd('minute', var('max_clock_skew_minutes'), 'decoded.batch_completed_at') }}
+                then 'received_at after its batch arrived (more than max_clock_skew_minutes, {{ var("max_clock_skew_minutes") }}, past the arrival hour)'
             when decoded.event_at > decoded.received_at then 'event_at after received_at'
         end as dead_letter_reason,
         decoded.fill_level_ml not between sensor_specs.fill_level_min_ml
