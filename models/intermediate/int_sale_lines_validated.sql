@@ -30,7 +30,10 @@ checked as (
             when shops.shop_id is null then 'unknown_shop'
             when decoded.amount < 0 then 'negative_amount'
             when decoded.amount > {{ var('max_sale_amount') }} then 'absurd_amount'
-            when decoded.received_at > {{ dbt.dateadd('minute', var('max_clock_skew_minutes'), 'decoded.batch_completed_at') }} then 'from_the_future'
+            when
+                decoded.received_at
+                > {{ dbt.dateadd('minute', var('max_clock_skew_minutes'), 'decoded.batch_completed_at') }}
+                then 'from_the_future'
             when decoded.sold_at > decoded.received_at then 'sold_after_received'
         end as dead_letter_kind,
         case
@@ -39,8 +42,10 @@ checked as (
             when decoded.amount < 0 then 'negative amount'
             when decoded.amount > {{ var('max_sale_amount') }}
                 then 'absurd amount: above max_sale_amount ({{ var("max_sale_amount") }})'
-            when decoded.received_at > {{ dbt.dateadd('minute', var('max_clock_skew_minutes'), 'decoded.batch_completed_at') }}
-                then 'received_at after its batch arrived (more than max_clock_skew_minutes, {{ var("max_clock_skew_minutes") }}, past the arrival hour)'
+            when
+                decoded.received_at
+                > {{ dbt.dateadd('minute', var('max_clock_skew_minutes'), 'decoded.batch_completed_at') }}
+                then 'received_at after its batch arrived, beyond max_clock_skew_minutes'
             when decoded.sold_at > decoded.received_at then 'sold_at after received_at'
         end as dead_letter_reason
 

@@ -50,7 +50,10 @@ checked as (
             when skus.sku is null then 'unknown_sku'
             when decoded.verdict not in ('good', 'reject') then 'unknown_verdict'
             when decoded.event_at < lines.commissioned_at then 'before_commissioning'
-            when decoded.received_at > {{ dbt.dateadd('minute', var('max_clock_skew_minutes'), 'decoded.batch_completed_at') }} then 'from_the_future'
+            when
+                decoded.received_at
+                > {{ dbt.dateadd('minute', var('max_clock_skew_minutes'), 'decoded.batch_completed_at') }}
+                then 'from_the_future'
             when decoded.event_at > decoded.received_at then 'produced_after_received'
         end as dead_letter_kind,
         case
@@ -60,8 +63,10 @@ checked as (
             when decoded.verdict not in ('good', 'reject')
                 then {{ dbt.concat(["'verdict not in (good, reject): '", "decoded.verdict"]) }}
             when decoded.event_at < lines.commissioned_at then 'event_at before the line was commissioned'
-            when decoded.received_at > {{ dbt.dateadd('minute', var('max_clock_skew_minutes'), 'decoded.batch_completed_at') }}
-                then 'received_at after its batch arrived (more than max_clock_skew_minutes, {{ var("max_clock_skew_minutes") }}, past the arrival hour)'
+            when
+                decoded.received_at
+                > {{ dbt.dateadd('minute', var('max_clock_skew_minutes'), 'decoded.batch_completed_at') }}
+                then 'received_at after its batch arrived, beyond max_clock_skew_minutes'
             when decoded.event_at > decoded.received_at then 'event_at after received_at'
         end as dead_letter_reason,
         decoded.fill_level_ml not between sensor_specs.fill_level_min_ml
