@@ -7,14 +7,25 @@ an exit code; `--debug` shows the traceback as well.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
+import threading
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from typing import NoReturn
 
 from dayclose.console import show_progress, stderr_progress
 from dayclose.dates import parse_as_of, parse_date
-from dayclose.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_NOT_FOUND, EXIT_USAGE, DaycloseError
+from dayclose.errors import (
+    EXIT_CONFIG,
+    EXIT_FAILED,
+    EXIT_NOT_FOUND,
+    EXIT_USAGE,
+    DaycloseError,
+    Terminated,
+)
 from dayclose.settings import TARGETS, resolve_target
 from dayclose.sources import sources
 from dayclose.stream.cli import add_commands
@@ -39,6 +50,26 @@ def positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is less than 1")
     return value
+
+
+@contextlib.contextmanager
+def stop_on_sigterm() -> Iterator[None]:
+    """SIGTERM (a scheduler stopping the run) raises Terminated in the main thread, which
+    unwinds the run as Ctrl-C does; a second SIGTERM is ignored while it unwinds (a
+    scheduler that cannot wait sends SIGKILL, which every step survives too)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise Terminated("stopped by SIGTERM")
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -75,13 +106,14 @@ def _run(args: argparse.Namespace) -> int:
     from dayclose.jobs import run_nightly
 
     as_of = parse_as_of(args.as_of)
-    summary = run_nightly(
-        args.job,
-        resolve_target(args.target),
-        existing_folder(args.landing),
-        as_of,
-        quiet=not args.verbose,
-    )
+    with stop_on_sigterm():
+        summary = run_nightly(
+            args.job,
+            resolve_target(args.target),
+            existing_folder(args.landing),
+            as_of,
+            quiet=not args.verbose,
+        )
     print("\n".join(summary.lines()))
     return 0 if summary.ok else EXIT_FAILED
 
@@ -89,16 +121,17 @@ def _run(args: argparse.Namespace) -> int:
 def _restate(args: argparse.Namespace) -> int:
     from dayclose.jobs import restate
 
-    summary = restate(
-        args.job,
-        resolve_target(args.target),
-        parse_date(args.start, "--start"),
-        parse_date(args.end, "--end"),
-        args.reason,
-        landing=existing_folder(args.landing) if args.landing else None,
-        as_of=parse_as_of(args.as_of) if args.as_of else None,
-        quiet=not args.verbose,
-    )
+    with stop_on_sigterm():
+        summary = restate(
+            args.job,
+            resolve_target(args.target),
+            parse_date(args.start, "--start"),
+            parse_date(args.end, "--end"),
+            args.reason,
+            landing=existing_folder(args.landing) if args.landing else None,
+            as_of=parse_as_of(args.as_of) if args.as_of else None,
+            quiet=not args.verbose,
+        )
     print("\n".join(summary.lines()))
     return 0 if summary.ok else EXIT_FAILED
 
@@ -209,6 +242,9 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_CONFIG
+    except Terminated as exc:
+        print(f"dayclose {args.command}: {exc}", file=sys.stderr)
+        return exc.exit_code
     except KeyboardInterrupt:
         print(f"dayclose {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -83,7 +83,9 @@ def dbt_args(
     `extra_vars` are project variables (--vars); per-run values go to `run_env`.
     """
     args = [
-        *(["--quiet"] if quiet else []),
+        # quiet: nothing of dbt's on the console, not even its errors (the summary names
+        # what failed); all of it in dbt.log under the state folder
+        *(["--log-level", "none", "--log-level-file", "debug"] if quiet else []),
         # colour codes only for a terminal (not in a file, a pipe or Prefect's log)
         "--use-colors" if sys.stdout.isatty() else "--no-use-colors",
         *command,
@@ -175,6 +177,10 @@ def invoke(args: list[str], runner: RunnerFactory | None = None, manifest: Any =
         result = (runner or dbt_runner)(manifest)(args)
     finally:
         release_duckdb()
+    if isinstance(getattr(result, "exception", None), KeyboardInterrupt):
+        # Ctrl-C or SIGTERM (dayclose.errors.Terminated) while dbt ran: dbt cancelled its
+        # queries and returned; the run stops here too
+        raise result.exception
     run_results = getattr(result, "result", None)
     nodes: list[NodeResult] = []
     for r in getattr(run_results, "results", None) or []:

@@ -15,6 +15,7 @@ EXIT_NOT_FOUND = 66  # a file or folder that does not exist
 EXIT_UNAVAILABLE = 69  # a service that does not answer (Postgres, NATS)
 EXIT_BUSY = 75  # another run holds the warehouse: try again later
 EXIT_CONFIG = 78  # the project or profile is not usable
+EXIT_TERMINATED = 143  # stopped by SIGTERM (128 + 15, as a shell reports it)
 
 
 class DaycloseError(Exception):
@@ -38,3 +39,13 @@ class Unavailable(DaycloseError):
     """A server dayclose needs does not answer."""
 
     exit_code = EXIT_UNAVAILABLE
+
+
+class Terminated(KeyboardInterrupt):
+    """The process was told to stop (SIGTERM: a scheduler, a cancelled deployment run).
+
+    A KeyboardInterrupt, so that it unwinds every step as Ctrl-C does: dbt cancels its
+    queries, the loader ends its check process, a transaction rolls back, the run lock is
+    released. The message says what the run had done; the CLI prints it and exits 143."""
+
+    exit_code = EXIT_TERMINATED

@@ -25,7 +25,7 @@ from dayclose import dbt_runner as dbt
 from dayclose.audit import audit_row, record_restatement, record_run
 from dayclose.console import progress
 from dayclose.dates import utc_now
-from dayclose.errors import DaycloseError
+from dayclose.errors import DaycloseError, Terminated, Unavailable
 from dayclose.loader import RECHECK_DAYS, LoadReport, load_source, missing_markers
 from dayclose.publish import (
     PublishMismatch,
@@ -38,7 +38,7 @@ from dayclose.runlock import run_lock
 from dayclose.settings import Target
 from dayclose.sources import Source, project_vars, source
 from dayclose.summary import RunSummary, read_back
-from dayclose.warehouse import Warehouse
+from dayclose.warehouse import Warehouse, connection_lost, lost_connection_message
 
 FIRST_BUILD_LOOKBACK_DAYS = 31
 
@@ -72,6 +72,8 @@ class _Run:
     step: StepRunner
     require_complete: bool = False
     reason: str | None = None
+    current_step: str = "lock"  # the step running, or the last one run (step_done), for messages
+    step_done: bool = True
 
 
 def run_nightly(
@@ -149,9 +151,32 @@ def _locked(run: _Run, lock_timeout: float) -> RunSummary:
             summary.message = f"{type(exc).__name__}: {exc}"
             with contextlib.suppress(Exception):  # the run's own error is the one to report
                 _record(run, started)
-            raise
+            explained = _explained(run, exc)
+            if explained is exc:
+                raise
+            raise explained from exc
         _record(run, started)
     return summary
+
+
+def _explained(run: _Run, exc: BaseException) -> BaseException:
+    """A stop from outside said in one line: a SIGTERM, or a Postgres that went away (a
+    failover, an admin, a restart), with the step it came in and what it leaves. Any
+    other error as it is."""
+    summary = run.summary
+    step = f"after {run.current_step}" if run.step_done else run.current_step
+    left = "the window was published before" if summary.published else "nothing of this run was published"
+    if summary.load.loaded:
+        left += f" (the {len(summary.load.loaded)} batches it loaded stay loaded for the next run)"
+    elif run.current_step == "load" and not run.step_done:
+        left += " (each batch it had finished loading stays loaded for the next run)"
+    if isinstance(exc, Terminated):
+        return Terminated(f"stopped by SIGTERM in step {step}: {left}; the run lock is released")
+    if connection_lost(exc):
+        exc = Unavailable(lost_connection_message(step, exc))
+    if isinstance(exc, Unavailable):
+        return Unavailable(f"{exc}; {left}; the run lock is released: run it again once the server answers")
+    return exc
 
 
 def _record(run: _Run, started: datetime) -> None:
@@ -164,8 +189,11 @@ def _record(run: _Run, started: datetime) -> None:
 def _timed(run: _Run, name: str, fn: Callable[..., T], *args: Any) -> T:
     """One step through the run's step runner, its duration in the summary."""
     clock = time.monotonic()
+    run.current_step, run.step_done = name, False
     try:
-        return run.step(name, fn, *args)
+        result = run.step(name, fn, *args)
+        run.step_done = True
+        return result
     finally:
         run.summary.step_seconds[name] = time.monotonic() - clock
 
@@ -313,6 +341,12 @@ def build_step(
     )
     with dbt.environment(dbt.run_environment(target, run_vars)):
         outcome = dbt.invoke(args, runner, manifest())
+    if target.name == "postgres":
+        # dbt reports a session that ended under a model as that model's error: a server
+        # that went away fails the step (retried under Prefect), not the night's numbers
+        lost = [n.message for n in outcome.failed() if connection_lost(n.message)]
+        if lost or connection_lost(outcome.error):
+            raise Unavailable(lost_connection_message("build", (lost or [outcome.error])[0]))
     if outcome.error and not outcome.nodes:
         raise RuntimeError(f"dbt could not run: {outcome.error}")
     return outcome

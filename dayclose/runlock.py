@@ -83,39 +83,43 @@ def _file_lock(target: Target, job: str, timeout: float, poll: float) -> Iterato
 
 @contextlib.contextmanager
 def _advisory_lock(target: Target, job: str, timeout: float, poll: float) -> Iterator[None]:
+    import psycopg2
+
     conn = postgres_connect(f"dayclose {job} run lock")
     conn.autocommit = True
     key = int(hashlib.sha1(f"dayclose:{target.schema}".encode()).hexdigest()[:15], 16)
     deadline = time.monotonic() + timeout
     try:
-        with conn.cursor() as cur:
-            while True:
-                cur.execute("select pg_try_advisory_lock(%s)", (key,))
-                if cur.fetchone()[0]:
-                    break
-                if time.monotonic() >= deadline:
-                    cur.execute(
-                        "select a.pid, a.application_name, a.backend_start from pg_locks l "
-                        "join pg_stat_activity a on a.pid = l.pid "
-                        "where l.locktype = 'advisory' and l.granted and l.database = "
-                        "(select oid from pg_database where datname = current_database()) and "
-                        "(l.classid::bigint << 32 | l.objid::bigint) = %s",
-                        (key,),
-                    )
-                    holder = cur.fetchone()
-                    who = (
-                        f"backend pid {holder[0]} ({holder[1]}, since {holder[2]:%Y-%m-%d %H:%M:%S})"
-                        if holder
-                        else "?"
-                    )
-                    raise WarehouseBusy(
-                        f"another dayclose run holds the run lock of schema {target.schema} "
-                        f"in database {conn.info.dbname}: {who}; this {job} run did not start."
-                    )
-                time.sleep(poll)
-            try:
-                yield
-            finally:
+        cur = conn.cursor()  # closed with its connection
+        while True:
+            cur.execute("select pg_try_advisory_lock(%s)", (key,))
+            if cur.fetchone()[0]:
+                break
+            if time.monotonic() >= deadline:
+                cur.execute(
+                    "select a.pid, a.application_name, a.backend_start from pg_locks l "
+                    "join pg_stat_activity a on a.pid = l.pid "
+                    "where l.locktype = 'advisory' and l.granted and l.database = "
+                    "(select oid from pg_database where datname = current_database()) and "
+                    "(l.classid::bigint << 32 | l.objid::bigint) = %s",
+                    (key,),
+                )
+                holder = cur.fetchone()
+                who = (
+                    f"backend pid {holder[0]} ({holder[1]}, since {holder[2]:%Y-%m-%d %H:%M:%S})"
+                    if holder
+                    else "?"
+                )
+                raise WarehouseBusy(
+                    f"another dayclose run holds the run lock of schema {target.schema} "
+                    f"in database {conn.info.dbname}: {who}; this {job} run did not start."
+                )
+            time.sleep(poll)
+        try:
+            yield
+        finally:
+            # a session that ended under the run (a failover, an admin) took its lock with it
+            with contextlib.suppress(psycopg2.Error):
                 cur.execute("select pg_advisory_unlock(%s)", (key,))
     finally:
         conn.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -167,6 +168,51 @@ def postgres_connect(application_name: str):
             f"cannot connect to Postgres at {postgres_where()}: {detail}; "
             "set PGHOST, PGPORT, PGUSER, PGPASSWORD and PGDATABASE"
         ) from None
+
+
+# What libpq and the server say when a session ends under a statement (a failover, an admin's
+# pg_terminate_backend, a restart), as psycopg2 and dbt's node messages carry it.
+CONNECTION_LOST = (
+    "terminating connection",
+    "server closed the connection",
+    "connection already closed",
+    "connection not open",
+    "could not receive data from server",
+    "could not send data to server",
+    "no connection to the server",
+    "the database system is shutting down",
+    "the database system is starting up",
+    "ssl connection has been closed",
+    "connection to server at",
+)
+
+
+def connection_lost(error: BaseException | str) -> bool:
+    """Whether `error` (an exception, or a dbt node's message) says the Postgres session
+    ended: a connection exception (SQLSTATE class 08), the server's operator intervention
+    (57P01-57P03), or a connection libpq found closed. Not a cancelled statement or a lock
+    timeout: the server answered those."""
+    if isinstance(error, str):
+        text = error.lower()
+        return any(sign in text for sign in CONNECTION_LOST)
+    if "psycopg2" not in sys.modules:
+        return False
+    import psycopg2
+
+    if isinstance(error, psycopg2.InterfaceError):
+        return True
+    if not isinstance(error, psycopg2.OperationalError):
+        return False
+    code = error.pgcode or ""
+    return code.startswith(("08", "57P")) or (not code and connection_lost(str(error)))
+
+
+def lost_connection_message(step: str, error: BaseException | str) -> str:
+    """One line: the step, the server, what it said."""
+    detail = " ".join(str(error).split())
+    if len(detail) > 160:
+        detail = detail[:157] + "..."
+    return f"{step}: lost the connection to Postgres at {postgres_where()} ({detail})"
 
 
 def fresh_warehouse(

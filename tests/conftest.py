@@ -64,6 +64,19 @@ def engine(request, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
         monkeypatch.setenv("DAYCLOSE_DUCKDB", str(tmp_path / "warehouse.duckdb"))
         yield resolve_target("duckdb")
         return
+    yield from _fresh_postgres(request, monkeypatch)
+
+
+@pytest.fixture
+def postgres_target(request, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Target]:
+    """A fresh, empty Postgres warehouse, for what only concerns Postgres."""
+    monkeypatch.setenv("DAYCLOSE_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.delenv("DBT_PROFILES_DIR", raising=False)
+    yield from _fresh_postgres(request, monkeypatch)
+
+
+def _fresh_postgres(request, monkeypatch: pytest.MonkeyPatch) -> Iterator[Target]:
+    """A database of its own on the test Postgres, dropped afterwards."""
     settings = request.getfixturevalue("postgres_server")
     for key, value in settings.items():
         monkeypatch.setenv(key, value)

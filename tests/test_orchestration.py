@@ -201,40 +201,87 @@ def test_second_runner_gets_a_clear_message(engine: Target, landing: Path, week:
         run_nightly("sales", engine, landing, ts("2026-11-24T00:30"), quiet=True, lock_timeout=0)
 
 
-def test_run_killed_mid_build_then_rerun_is_exact(engine: Target, landing: Path, week: dict) -> None:
+def start_run_and_wait_for_the_build(engine: Target, landing: Path) -> subprocess.Popen[str]:
+    """`dayclose run sales` of the week's last night in a process of its own, returned once
+    dbt has started the microbatch build (its first batch)."""
     env = {**os.environ, "DAYCLOSE_TARGET": engine.name}
-    cmd = [
-        sys.executable,
-        "-m",
-        "dayclose.cli",
-        "run",
-        "sales",
-        "--as-of",
-        "2026-11-25T00:30",
-        "--landing",
-        str(landing),
-    ]
-    log = Path(os.environ["DAYCLOSE_STATE_DIR"])
+    cmd = [sys.executable, "-m", "dayclose.cli", "run", "sales", "--as-of", "2026-11-25T00:30"]
     proc = subprocess.Popen(
-        cmd, env=env, cwd=PROJECT_DIR, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        [*cmd, "--landing", str(landing)],
+        env=env,
+        cwd=PROJECT_DIR,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
+    state = Path(os.environ["DAYCLOSE_STATE_DIR"])
     deadline = time.monotonic() + 240
-    killed = False
     while proc.poll() is None and time.monotonic() < deadline:
-        logs = list(log.glob("*/logs/dbt.log"))
+        logs = list(state.glob("*/logs/dbt.log"))
         if logs and "START batch" in logs[0].read_text(errors="replace"):
-            os.kill(proc.pid, signal.SIGKILL)  # in the middle of the microbatch build
-            killed = True
-            break
+            return proc
         time.sleep(0.05)
-    proc.wait()
-    assert killed, "the run finished before it could be killed"
+    proc.kill()
+    out, err = proc.communicate()
+    raise AssertionError(f"the run ended before its build could be interrupted:\n{out}\n{err}")
+
+
+def rerun_is_exact(engine: Target, landing: Path, week: dict) -> None:
+    """Nothing was published; the next run gets the lock at once and publishes the truth."""
     assert published(engine) == {}
-    rerun = run_nightly("sales", engine, landing, ts("2026-11-25T00:30"), quiet=True, lock_timeout=30)
+    rerun = run_nightly("sales", engine, landing, ts("2026-11-25T00:30"), quiet=True, lock_timeout=0)
     assert rerun.ok, rerun.lines()
-    ours = published(engine)
     # by Nov 25 00:30 every sale of Nov 20 has arrived (the last ones 72 h after the day)
-    assert ours["2026-11-20"] == week["2026-11-20"]
+    assert published(engine)["2026-11-20"] == week["2026-11-20"]
+
+
+def test_run_killed_mid_build_then_rerun_is_exact(engine: Target, landing: Path, week: dict) -> None:
+    proc = start_run_and_wait_for_the_build(engine, landing)
+    os.kill(proc.pid, signal.SIGKILL)  # in the middle of the microbatch build
+    proc.communicate()
+    rerun_is_exact(engine, landing, week)
+
+
+def test_sigterm_mid_build_stops_in_one_line_and_releases_the_lock(
+    engine: Target, landing: Path, week: dict
+) -> None:
+    """A scheduler's SIGTERM: dbt's queries cancelled, the lock released, one line, exit 143."""
+    proc = start_run_and_wait_for_the_build(engine, landing)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 143, (out, err)
+    lines = err.strip().splitlines()
+    assert lines[-1].startswith(
+        "dayclose run: stopped by SIGTERM in step build: nothing of this run was published"
+    ), err
+    assert lines[-1].endswith("the run lock is released"), err
+    assert "Traceback" not in err and "leaked semaphore" not in err, err
+    assert out == "", out  # no summary: the run did not end
+    rerun_is_exact(engine, landing, week)
+
+
+def test_postgres_going_away_mid_build_is_one_line_and_exit_69(
+    postgres_target: Target, landing: Path, week: dict
+) -> None:
+    """A failover or an admin ends every session of the run under dbt's build."""
+    proc = start_run_and_wait_for_the_build(postgres_target, landing)
+    with Warehouse(postgres_target) as wh:
+        ended = wh.query(
+            "select pg_terminate_backend(pid) from pg_stat_activity "
+            "where datname = current_database() and pid <> pg_backend_pid()"
+        )
+    assert ended, "no session of the run was found to end"
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 69, (out, err)
+    [line] = [ln for ln in err.splitlines() if ln.startswith("dayclose run:")]
+    assert re.match(
+        r"dayclose run: build: lost the connection to Postgres at [^ ]+, database dayclose_test_\w+ "
+        r"\(.*(terminating connection|server closed the connection).*\); nothing of this run was "
+        r"published .*; the run lock is released: run it again once the server answers$",
+        line,
+    ), line
+    assert "Traceback" not in err, err
+    rerun_is_exact(postgres_target, landing, week)
 
 
 def dbt_invocations() -> list[str]:
