@@ -88,15 +88,20 @@ def run_nightly(
     require_complete: bool = False,
     step: StepRunner = direct,
     run_id: str | None = None,
+    dbt_vars: dict[str, Any] | None = None,
 ) -> RunSummary:
-    """The nightly job: lock, (completeness), load, build and gate the window, publish, record."""
+    """The nightly job: lock, (completeness), load, build and gate the window, publish, record.
+
+    `dbt_vars`: project variables for this run's dbt invocations, as dbt's --vars (for example
+    {"sales_strict_fields": true}); dbt parses the project again whenever they change."""
     src = source(job_name)
     days = window_days or src.window_days
     summary = RunSummary(job_name, target.name, as_of, window_for(as_of, days), LoadReport(src.name, as_of))
     summary.window_days = days
     summary.run_id = run_id or summary.run_id
     summary.warehouse = target.describe()
-    overrides = {f"{src.name}_window_days": days} if window_days else {}
+    overrides = {**({f"{src.name}_window_days": days} if window_days else {}), **(dbt_vars or {})}
+    summary.strict_fields = bool(overrides.get(f"{src.name}_strict_fields", src.strict_fields))
     run = _Run(src, target, summary, landing, overrides, runner, quiet, step, require_complete)
     return _locked(run, lock_timeout)
 
@@ -131,6 +136,7 @@ def restate(
     window = (start, end + timedelta(days=1))
     summary = RunSummary(job_name, target.name, as_of, window, LoadReport(src.name, as_of), kind="restate")
     summary.window_days = (window[1] - start).days
+    summary.strict_fields = src.strict_fields
     summary.run_id = run_id or summary.run_id
     summary.warehouse = target.describe()
     run = _Run(src, target, summary, landing, {}, runner, quiet, step, reason=reason)

@@ -44,6 +44,7 @@ class Source:
     count_sql: str  # the day's events
     value_label: str
     count_label: str
+    strict_fields: bool = False  # a line with a key besides the fields is a dead letter
 
     @classmethod
     def from_entry(cls, name: str, entry: dict) -> Source:
@@ -59,6 +60,7 @@ class Source:
             count_sql=headline["count"],
             value_label=headline.get("value_label") or "",
             count_label=headline.get("count_label") or "",
+            strict_fields=bool(entry.get("strict_fields", False)),
         )
 
     @property
@@ -88,6 +90,10 @@ class Source:
     @property
     def conflicting_copies(self) -> str:
         return f"{self.name}_conflicting_copies"
+
+    @property
+    def new_fields(self) -> str:
+        return f"{self.name}_new_fields"
 
 
 @lru_cache(maxsize=1)

@@ -48,6 +48,9 @@ class RunSummary:
     days_not_final: list[date] = field(default_factory=list)  # missed nights beyond catch_up_max_days
     days_held: list[date] = field(default_factory=list)  # not published: conflicting copies
     warehouse: str = ""  # Target.describe(): the DuckDB file, or the Postgres server and database
+    # keys besides the contract's fields in this run's batches: (keys, lines, first batch ever)
+    new_fields: list[tuple[str, int, str]] = field(default_factory=list)
+    strict_fields: bool = False  # the run's <source>_strict_fields: such lines are dead letters
 
     @property
     def source(self) -> Source:
@@ -100,6 +103,12 @@ class RunSummary:
             out.append(f"  ERROR {refused.message}")
         for problem in self.load.problems:
             out.append(f"  warning: {problem}")
+        for keys, lines, first in self.new_fields:
+            kept = "dead-lettered: strict_fields" if self.strict_fields else "counted"
+            out.append(
+                f"  new fields: {lines:,} lines of this run's batches carried {keys} besides the "
+                f"contract's fields ({kept}; first in batch {first}): see {self.source.new_fields}"
+            )
         if self.dead_letters:
             reasons = ", ".join(f"{n} {r}" for r, n in sorted(self.dead_letters.items(), key=lambda x: -x[1]))
             out.append(f"  dead-lettered in this run's batches: {reasons}")
@@ -206,6 +215,18 @@ def read_back(wh: Warehouse, summary: RunSummary) -> None:
             batch_ids,
         ):
             summary.dead_letters[kind] = int(n)
+    if batch_ids and wh.relation_exists(schema, job.new_fields):
+        marks = ", ".join(["%s"] * len(batch_ids))
+        summary.new_fields = [
+            (keys, int(lines), first)
+            for keys, lines, first in wh.query(
+                f"select new_fields, sum(case when batch_id in ({marks}) then line_count else 0 end), "
+                f"min(batch_id) from {schema}.{job.new_fields} where new_fields is not null "
+                f"group by new_fields having sum(case when batch_id in ({marks}) then line_count else 0 end) > 0 "
+                "order by new_fields",
+                batch_ids * 2,
+            )
+        ]
     if wh.relation_exists(schema, "arrival_lateness"):
         row = wh.query(
             f"select delay_p99_hours, delay_p999_hours, configured_window_days, "

@@ -189,6 +189,7 @@ class Verdict:
 
     kind: str | None
     values: dict[str, object] | None = None
+    new_fields: str | None = None  # keys besides the fields, sorted, joined by ', '
 
     @property
     def is_valid(self) -> bool:
@@ -208,8 +209,9 @@ with open(SEEDS / "lines.csv") as _fh:
     }
 
 
-def decode(source: str, line: bytes) -> Verdict:
-    """The contract alone (macros/cross_db/landing_contract.sql): decode_error_kind, or the typed fields."""
+def decode(source: str, line: bytes, strict: bool = False) -> Verdict:
+    """The contract alone (macros/cross_db/landing_contract.sql): decode_error_kind, or the typed
+    fields. `strict`: the source's strict_fields (a key besides the fields is a dead letter)."""
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError:
@@ -224,23 +226,24 @@ def decode(source: str, line: bytes) -> Verdict:
         return Verdict("not_json_object")
     keys = [k for k, _ in members]
     fields = FIELDS[source]
+    new_fields = ", ".join(sorted(set(keys) - set(fields))) or None
     if len(set(keys)) < len(keys):
-        return Verdict("duplicate_field")
-    if set(keys) - set(fields):
-        return Verdict("unknown_field")
+        return Verdict("duplicate_field", new_fields=new_fields)
+    if new_fields and strict:
+        return Verdict("unknown_field", new_fields=new_fields)
     tokens = dict(members)
     if any(name not in tokens or tokens[name].raw == "null" for name in fields):
-        return Verdict("missing_field")
+        return Verdict("missing_field", new_fields=new_fields)
     values = {name: _value(tokens[name], kind) for name, kind in fields.items()}
     if any(v is None for v in values.values()):
-        return Verdict("bad_value")
-    return Verdict(None, values)
+        return Verdict("bad_value", new_fields=new_fields)
+    return Verdict(None, values, new_fields)
 
 
-def judge(source: str, line: bytes, received_by: datetime | None = None) -> Verdict:
+def judge(source: str, line: bytes, received_by: datetime | None = None, strict: bool = False) -> Verdict:
     """The contract, then the source's business rules (its validated-lines model).
     `received_by`: the end of the line's batch's arrival hour plus max_clock_skew_minutes."""
-    decoded = decode(source, line)
+    decoded = decode(source, line, strict)
     if not decoded.is_valid:
         return decoded
     v = decoded.values

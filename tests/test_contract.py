@@ -110,7 +110,8 @@ SALES_CORPUS: list[tuple[str, bytes, str | None, str]] = [
         "duplicate_field",
         "duplicate field amount",
     ),
-    ("unknown key", sale_line(currency="EUR"), "unknown_field", "unknown field currency"),
+    ("a new key", sale_line(currency="EUR"), None, ""),
+    ("a new key and 1 MB", sale_line(event_id="ok-7", pos_version="4.2", padding="x" * 1_000_000), None, ""),
     ("missing field", sale_line(amount=...), "missing_field", "missing field amount"),
     ("null field", sale_line(shop_id=None), "missing_field", "missing field shop_id (null)"),
     ("exponent amount", sale_line(amount="1e3"), "bad_value", "amount: not a decimal"),
@@ -197,7 +198,7 @@ UNITS_CORPUS: list[tuple[str, bytes, str | None, str]] = [
         "duplicate_field",
         "duplicate field verdict",
     ),
-    ("unknown key", unit_line(shift="night"), "unknown_field", "unknown field shift"),
+    ("a new key", unit_line(shift="night"), None, ""),
     ("missing plc_seq", unit_line(plc_seq=...), "missing_field", "missing field plc_seq"),
     ("null sensor", unit_line(temperature_c=None), "missing_field", "temperature_c (null)"),
     ("negative plc_seq", unit_line(plc_seq=-5), "bad_value", "plc_seq: not an integer"),
@@ -255,11 +256,13 @@ def corpus_files(corpus: list[tuple[str, bytes, str | None, str]]) -> dict[str, 
 
 
 def check_batch(
-    engine: Target, source: str, files: dict[str, bytes]
+    engine: Target, source: str, files: dict[str, bytes], strict: bool = False
 ) -> dict[tuple[str, int], oracle.Verdict]:
-    """Load and build a batch; check every line against the oracle; return the oracle's verdicts."""
+    """Load and build a batch; check every line against the oracle; return the oracle's verdicts.
+    `strict`: the run sets <source>_strict_fields."""
     write_raw_batch(LANDING[0], source, HOUR, files)
-    summary = run_nightly(source, engine, LANDING[0], ts("2026-11-24T00:30"), quiet=True)
+    strict_var = {f"{source}_strict_fields": True} if strict else None
+    summary = run_nightly(source, engine, LANDING[0], ts("2026-11-24T00:30"), quiet=True, dbt_vars=strict_var)
     assert summary.build is not None and not summary.load.refused, summary.lines()
     table_name = {"sales": "sale_lines", "units": "unit_lines"}[source]
     expected = {
@@ -276,8 +279,16 @@ def check_batch(
             f"from {{schema}}.int_{entity}_lines_validated",
         )
     }
-    judged = {key: oracle.judge(source, line, RECEIVED_BY) for key, line in expected.items()}
+    judged = {key: oracle.judge(source, line, RECEIVED_BY, strict) for key, line in expected.items()}
     assert {k: v[0] for k, v in verdicts.items()} == {k: j.kind for k, j in judged.items()}
+    # the keys besides the fields, named for every line that is a flat object
+    new_fields = dict(
+        ((f, int(n)), keys)
+        for f, n, keys in table(
+            engine, f"select file_name, line_number, new_fields from {{schema}}.int_{entity}_lines_decoded"
+        )
+    )
+    assert new_fields == {k: oracle.decode(source, line).new_fields for k, line in expected.items()}
     assert all(reason for kind, reason in verdicts.values() if kind), "a dead letter without a reason"
     check_values(engine, source, entity, judged)
     return judged
@@ -455,6 +466,50 @@ def test_random_and_mutated_lines_never_stop_the_run(engine: Target, source: str
             engine, "select production_date, sku, good_units from {schema}_published.daily_good_units"
         )
         assert {(str(d), s): int(n) for d, s, n in got} == want
+
+
+def test_a_producer_that_adds_a_field_is_counted_named_and_warned(engine: Target, landing: Path) -> None:
+    """A till vendor ships a new field: its lines count, the run names the keys, a gate warns;
+    with strict_fields the next batch's such lines are dead letters naming the key."""
+    lines = [sale_line(event_id=f"n-{i}", pos_version="4.2") for i in range(3)]
+    lines += [sale_line(event_id="n-3"), sale_line(event_id="n-4", pos_version="4.2", padding="x" * 10**6)]
+    write_raw_batch(landing, "sales", HOUR, {"part-0000.jsonl": b"\n".join(lines) + b"\n"})
+    summary = run_nightly("sales", engine, landing, ts("2026-11-24T00:30"), quiet=True)
+    assert summary.ok and summary.build is not None, summary.lines()
+    text = "\n".join(summary.lines())
+    for keys, n in (("padding, pos_version", 1), ("pos_version", 3)):
+        assert (
+            f"new fields: {n:,} lines of this run's batches carried {keys} besides the contract's "
+            f"fields (counted; first in batch {HOUR})"
+        ) in text, text
+    assert [n.name for n in summary.build.warned()] == ["sales_lines_carry_no_new_fields"], text
+    assert "new_fields=padding, pos_version, line_count_lately=1, first_batch_id=2026-11-23T10" in text, text
+    published = table(
+        engine, "select sum(sales_amount), sum(sales_count) from {schema}_published.daily_sales"
+    )
+    assert (Decimal(published[0][0]), int(published[0][1])) == (Decimal("62.50"), 5)
+    assert table(
+        engine,
+        "select new_fields, line_count, decoded_line_count from {schema}_published.sales_new_fields "
+        "order by new_fields nulls first",
+    ) == [(None, 1, 1), ("padding, pos_version", 1, 1), ("pos_version", 3, 3)]
+
+    later = "2026-11-23T11"
+    times = {"sold_at": "2026-11-23T11:00:00Z", "received_at": "2026-11-23T11:01:00Z"}
+    strict = [sale_line(event_id="n-5", **times), sale_line(event_id="n-6", pos_version="4.3", **times)]
+    write_raw_batch(landing, "sales", later, {"part-0000.jsonl": b"\n".join(strict) + b"\n"})
+    summary = run_nightly(
+        "sales", engine, landing, ts("2026-11-24T00:31"), quiet=True, dbt_vars={"sales_strict_fields": True}
+    )
+    text = "\n".join(summary.lines())
+    assert summary.ok, text
+    assert (
+        "carried pos_version besides the contract's fields (dead-lettered: strict_fields; "
+        "first in batch 2026-11-23T10)"
+    ) in text, text
+    assert table(engine, "select dead_letter_kind, dead_letter_reason from {schema}.sales_dead_letters") == [
+        ("unknown_field", "unknown field pos_version")
+    ]
 
 
 def test_rfc3339_fractions_are_truncated_to_the_microsecond() -> None:

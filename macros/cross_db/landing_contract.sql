@@ -129,7 +129,8 @@
 {#
     SQL select over `relation` (lines with raw_line, is_plain_line and is_flat_object): every column, plus
     key_count, distinct_key_count, duplicated_key (a key written twice), unknown_key (a key
-    not among `fields`) and, for each field, token_<field>: the field's value exactly as
+    not among `fields`), new_fields (every such key, sorted bytewise, joined by ', '; null
+    when none) and, for each field, token_<field>: the field's value exactly as
     written in the line (a string with its quotes), null when absent. Only meaningful where
     is_flat_object.
 #}
@@ -159,6 +160,13 @@
             when not has_exactly_the_fields
                 then list_filter(keys, lambda k: not list_contains({{ name_list }}, k))[1]
         end as unknown_key,
+        case
+            when not has_exactly_the_fields
+                then nullif(array_to_string(
+                    list_sort(list_distinct(list_filter(keys, lambda k: not list_contains({{ name_list }}, k)))),
+                    ', '
+                ), '')
+        end as new_fields,
         {%- for name in fields %}
         case
             when parsed_tokens[{{ loop.index }}] is null then null
@@ -215,6 +223,7 @@
                 )
         end as duplicated_key,
         members.unknown_key,
+        members.new_fields,
         {%- for name in fields %}
         members.token_{{ name }}{{ ',' if not loop.last }}
         {%- endfor %}
@@ -224,6 +233,8 @@
             count(*) as key_count,
             count(distinct key) filter (where key not in {{ field_list }}) as distinct_unknown_key_count,
             min(key) filter (where key not in {{ field_list }}) as unknown_key,
+            string_agg(distinct key collate "C", ', ' order by key collate "C")
+                filter (where key not in {{ field_list }}) as new_fields,
             {%- for name in fields %}
             max(value::text) filter (where key = '{{ name }}') as token_{{ name }}{{ ',' if not loop.last }}
             {%- endfor %}

@@ -74,6 +74,16 @@
 
 
 {#
+    Whether a source's lines must carry exactly its fields (true: a line with another key is an
+    unknown_field dead letter) or may carry more (false, the default: counted, the key named in
+    <source>_new_fields): the var <source>_strict_fields when set, else its registry entry.
+#}
+{% macro strict_fields(source_name) -%}
+    {{- return(var(source_name ~ '_strict_fields', dayclose.landing_source(source_name).get('strict_fields', false))) -}}
+{%- endmacro %}
+
+
+{#
     The days this run rebuilds, ['YYYY-MM-DD', 'YYYY-MM-DD') (the second excluded): the
     rebuilt_from and rebuilt_to values (the dayclose command's window, or a restatement's
     range), else dbt's --event-time-start and --event-time-end (plain dbt), else the source's

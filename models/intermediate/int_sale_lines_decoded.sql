@@ -2,8 +2,10 @@
     Every sales line decoded once, by the landing contract (docs/contract.md), in the nightly
     run after its batch was loaded; a batch replaced by a new manifest is decoded again whole
     (delete+insert by batch_id). A line keeps the contract when it is one flat JSON object with
-    exactly these fields, each once, each value of its kind:
+    these fields, each once, each value of its kind:
     event_id (id), shop_id (id), sold_at (timestamp), received_at (timestamp), amount (decimal).
+    A key that is no field (a producer that added one) is tolerated and named in new_fields,
+    unless the source's strict_fields is true (then the line is an unknown_field dead letter).
 -#}
 {#- the fields of a line, in the order the contract's writers write them, and their kinds -#}
 {%- set fields = {
@@ -13,6 +15,7 @@
     'received_at': 'timestamp',
     'amount': 'decimal',
 } -%}
+{%- set strict_fields = dayclose.strict_fields('sales') -%}
 
 with
 
@@ -107,7 +110,9 @@ verdicts as {{ dayclose.materialized_cte() }} (
             when not is_flat_object and {{ dayclose.is_blank_line('raw_line') }} then 'empty_line'
             when not is_flat_object then 'not_json_object'
             when duplicated_key is not null then 'duplicate_field'
+            {%- if strict_fields %}
             when unknown_key is not null then 'unknown_field'
+            {%- endif %}
             when
                 token_event_id is null or token_event_id = 'null'
                 or token_shop_id is null or token_shop_id = 'null'
@@ -183,6 +188,7 @@ final as (
         line_number,
         decode_error_kind,
         decode_error,
+        new_fields,
         event_id,
         shop_id,
         sold_at,

@@ -2,9 +2,11 @@
     Every units line decoded once, by the landing contract (docs/contract.md), in the nightly
     run after its batch was loaded; a batch replaced by a new manifest is decoded again whole
     (delete+insert by batch_id). A line keeps the contract when it is one flat JSON object with
-    exactly these fields, each once, each value of its kind: line_id (id), plc_seq (sequence),
+    these fields, each once, each value of its kind: line_id (id), plc_seq (sequence),
     sku (id), event_at (timestamp), received_at (timestamp), verdict (id), fill_level_ml,
     capper_torque_nm and temperature_c (number).
+    A key that is no field (a producer that added one) is tolerated and named in new_fields,
+    unless the source's strict_fields is true (then the line is an unknown_field dead letter).
 -#}
 {#- the fields of a line, in the order the contract's writers write them, and their kinds -#}
 {%- set fields = {
@@ -18,6 +20,7 @@
     'capper_torque_nm': 'number',
     'temperature_c': 'number',
 } -%}
+{%- set strict_fields = dayclose.strict_fields('units') -%}
 
 with
 
@@ -116,7 +119,9 @@ verdicts as {{ dayclose.materialized_cte() }} (
             when not is_flat_object and {{ dayclose.is_blank_line('raw_line') }} then 'empty_line'
             when not is_flat_object then 'not_json_object'
             when duplicated_key is not null then 'duplicate_field'
+            {%- if strict_fields %}
             when unknown_key is not null then 'unknown_field'
+            {%- endif %}
             when
                 token_line_id is null or token_line_id = 'null'
                 or token_plc_seq is null or token_plc_seq = 'null'
@@ -222,6 +227,7 @@ final as (
         line_number,
         decode_error_kind,
         decode_error,
+        new_fields,
         line_id,
         plc_seq,
         sku,
