@@ -18,6 +18,10 @@
     column (read_json for reference), Postgres COPY of whole lines (goal: loader >= 0.5x).
 (d) peak memory (VmHWM) of a child process that loads one day of --big-days events through
     the loader: flat in the size of the day (DuckDB runs inside it; Postgres in the server).
+(e) a corrected batch: a night that loads a batch of 200,000 sales, then the night after it came
+    again with a new manifest (150,000 of its ids at another amount, 1,000 new, the rest gone),
+    which re-registers its sales' first arrivals (on Postgres without nested loops, whatever
+    the statistics: int_<entity>s_deduplicated's pre_hook).
 
 Data under /work/bench-data (DAYCLOSE_BENCH_DATA); Postgres from the libpq variables (default
 127.0.0.1:5432, user postgres), a fresh database per case. Raw results: bench/results/.
@@ -29,6 +33,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from datetime import date, datetime, timedelta
@@ -283,6 +288,61 @@ def peak_memory_child(engine: str, landing: Path, workdir: Path) -> dict:
     return out
 
 
+def corrected_lines(ids: range, cents: int) -> bytes:
+    """Sales of shops S-001..S-140 on 2026-01-07, received in the batch's hour."""
+    return "".join(
+        json.dumps(
+            {
+                "event_id": f"big-{i}",
+                "shop_id": f"S-{1 + i % 140:03d}",
+                "sold_at": f"2026-01-07T09:{i // 60 % 60:02d}:{i % 60:02d}Z",
+                "received_at": "2026-01-07T10:30:00Z",
+                "amount": f"{(i % 9000 + cents) / 100:.2f}",
+            }
+        )
+        + "\n"
+        for i in ids
+    ).encode()
+
+
+def case_corrected(engine: str, per_day: int, workdir: Path) -> dict:
+    """(e) A week of history, a night with a 200,000-line batch, then the night after that batch
+    came again with a new manifest; both nights timed."""
+    import hashlib
+
+    from dayclose.generate import generate_sales
+
+    landing = workdir / f"corrected-{engine}"
+    shutil.rmtree(landing, ignore_errors=True)
+    generate_sales(landing, FIRST_DAY, 7, shops=140, events_per_day=per_day, seed=11)
+    folder = landing / "sales" / "arrived=2026-01-07T10"
+
+    def deliver(blob: bytes) -> None:
+        (folder / "part-9999.jsonl").write_bytes(blob)
+        manifest = json.loads((folder / "_SUCCESS").read_text())
+        entry = {
+            "name": "part-9999.jsonl",
+            "rows": blob.count(b"\n"),
+            "sha256": hashlib.sha256(blob).hexdigest(),
+        }
+        manifest["files"] = [f for f in manifest["files"] if f["name"] != entry["name"]] + [entry]
+        (folder / "_SUCCESS").write_text(json.dumps(manifest))
+
+    night = datetime(2026, 1, 8, 0, 30)
+    with fresh_target(engine, workdir) as target:
+        nightly(target, landing, night - timedelta(days=1), f"{engine} corrected: history")
+        deliver(corrected_lines(range(200_000), 100))
+        first = nightly(target, landing, night, f"{engine} corrected: the 200,000-line batch")
+        deliver(corrected_lines(range(150_000), 250) + corrected_lines(range(200_000, 201_000), 100))
+        again = nightly(target, landing, night + timedelta(minutes=15), f"{engine} corrected: the correction")
+    shutil.rmtree(landing, ignore_errors=True)
+    log(
+        f"  {engine}: night with the 200,000-line batch {first['seconds']:.1f} s; the night after its "
+        f"correction {again['seconds']:.1f} s (top nodes: {top_nodes(again['nodes'], 3)})"
+    )
+    return {"batch_night": first, "correction_night": again}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -294,7 +354,9 @@ def main() -> None:
     parser.add_argument("--big-days", default="5000000,50000000", help="events of the peak-memory days")
     parser.add_argument("--engines", default=",".join(ENGINES))
     parser.add_argument(
-        "--cases", default="history,loader,memory", help="history (a, b), loader (c), memory (d)"
+        "--cases",
+        default="history,loader,memory,corrected",
+        help="history (a, b), loader (c), memory (d), corrected (e)",
     )
     parser.add_argument("--workdir", default=str(DATA / "work"))
     args = parser.parse_args()
@@ -354,6 +416,9 @@ def main() -> None:
                 r["memory"][str(n)] = m
                 log(f"  {m['lines']:,} lines in {m['seconds']:.1f} s: peak {m['peak_mib']:,.0f} MiB")
                 write_results("bench-sales-partial", results)
+        if "corrected" in cases:
+            log(f"{engine}: (e) a 200,000-line batch, then its correction")
+            r["corrected"] = case_corrected(engine, args.events_per_day, workdir)
         write_results("bench-sales-partial", results)
     results["machine"]["load_at_end"] = load_average()
     out = write_results("bench-sales", results)
@@ -414,6 +479,18 @@ def render(results: dict, args: argparse.Namespace, big_days: list[int]) -> str:
                 "{:,.0f}",
             )
         )
+    rows += [
+        (
+            "(e) night loading a 200,000-line batch (s)",
+            [get(c, "corrected", "batch_night", "seconds") for c in cols],
+            "{:.1f}",
+        ),
+        (
+            "(e) the night after its correction with a new manifest (s)",
+            [get(c, "corrected", "correction_night", "seconds") for c in cols],
+            "{:.1f}",
+        ),
+    ]
     return table([f"sales, {args.events_per_day:,} events/day"] + cols, rows)
 
 

@@ -3,6 +3,9 @@ and cross-day resends, missed nights, and readers that must never block the writ
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import shutil
 import subprocess
 import sys
@@ -19,7 +22,17 @@ from dayclose.jobs import run_nightly
 from dayclose.publish import readers_file
 from dayclose.settings import Target
 from dayclose.warehouse import Warehouse
-from tests.helpers import daily_sales, event_hash, sale, steady_production, table, ts, unit, write_batch
+from tests.helpers import (
+    daily_sales,
+    dbt_invocations,
+    event_hash,
+    sale,
+    steady_production,
+    table,
+    ts,
+    unit,
+    write_batch,
+)
 
 MONDAY = "2026-11-23"
 
@@ -412,3 +425,71 @@ def test_a_day_resent_with_new_ids_is_flagged_as_a_possible_resend(engine: Targe
     assert f"calendar_date={wednesday}" in row and "day_total=400" in row, row
     assert "weeks_compared=3" in row and "finding=possible resend" in row, row
     assert any("warn sales_volume_within_band" in line for line in summary.lines())
+
+
+def test_a_large_batch_corrected_with_a_new_manifest_stays_quick_on_postgres(
+    postgres_target: Target, landing: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """200,000 sales in a batch re-delivered with a new manifest (150,000 of their ids at another
+    amount, 1,000 new ids, the rest gone): the next run re-registers them exactly, and no
+    statement may plan a nested loop over the replaced batch's keys and its new copies, whatever
+    the statistics say (such a plan ran for more than six minutes; the night takes seconds)."""
+    monkeypatch.setenv("PGOPTIONS", "-c statement_timeout=240s")  # a hopeless plan fails, not hangs
+    generate_sales(landing, date(2026, 11, 18), 6, shops=20, events_per_day=400, seed=4)
+    folder = landing / "sales" / "arrived=2026-11-23T10"
+
+    def deliver(blob: bytes) -> None:
+        """The batch's part-9999.jsonl holding `blob`, its manifest saying so (a new manifest)."""
+        (folder / "part-9999.jsonl").write_bytes(blob)
+        manifest = json.loads((folder / "_SUCCESS").read_text())
+        entry = {
+            "name": "part-9999.jsonl",
+            "rows": blob.count(b"\n"),
+            "sha256": hashlib.sha256(blob).hexdigest(),
+        }
+        manifest["files"] = [f for f in manifest["files"] if f["name"] != entry["name"]] + [entry]
+        (folder / "_SUCCESS").write_text(json.dumps(manifest))
+
+    def lines(ids: range, cents: int) -> bytes:
+        return "".join(
+            sale(
+                f"big-{i}",
+                f"S-{1 + i % 20:03d}",
+                f"2026-11-23T09:{i // 60 % 60:02d}:{i % 60:02d}Z",
+                "2026-11-23T10:30:00Z",
+                f"{(i % 9000 + cents) / 100:.2f}",
+            )
+            + "\n"
+            for i in ids
+        ).encode()
+
+    deliver(lines(range(200_000), 100))
+    assert run(postgres_target, landing, "2026-11-24T00:30").ok
+    before = dict(
+        table(
+            postgres_target,
+            "select sale_date, sum(sales_amount) from {schema}_published.daily_sales group by 1",
+        )
+    )
+    deliver(lines(range(150_000), 250) + lines(range(200_000, 201_000), 100))
+    summary = run(postgres_target, landing, "2026-11-24T00:45")  # no other batch arrived since
+    assert summary.ok, summary.lines()
+    # the night with the corrected batch, and only that one, planned without nested loops
+    [log] = Path(os.environ["DAYCLOSE_STATE_DIR"]).glob("*/logs/dbt.log")
+    *earlier, last = dbt_invocations(log.parent.parent)
+    assert "set local enable_nestloop = off" in last
+    assert not any("set local enable_nestloop" in text for text in earlier)
+    old = sum(i % 9000 + 100 for i in range(200_000))
+    new = sum(i % 9000 + 250 for i in range(150_000)) + sum(i % 9000 + 100 for i in range(200_000, 201_000))
+    after = dict(
+        table(
+            postgres_target,
+            "select sale_date, sum(sales_amount) from {schema}_published.daily_sales group by 1",
+        )
+    )
+    assert after.pop(date(2026, 11, 23)) == before.pop(date(2026, 11, 23)) + Decimal(new - old) / 100
+    assert after == before
+    assert table(
+        postgres_target,
+        "select count(*) from {schema}.int_sales_deduplicated where left(event_id, 4) = 'big-'",
+    ) == [(151_000,)]

@@ -57,3 +57,37 @@
     analyze {{ source }};
     {{ dbt.default__get_delete_insert_merge_sql(target, source, unique_key, dest_columns, incremental_predicates) }}
 {%- endmacro %}
+
+
+{#
+    pre_hook of the first-arrival registries (int_<entity>s_deduplicated): on Postgres, a night
+    that loads a batch again with a new manifest (a corrected batch) plans this model without
+    nested-loop joins. That night finds the registered events of the replaced batch and every
+    copy of them left in the history; the planner knows nothing of the new batch (its rows came
+    in this night, after the last statistics), estimates a row or two on each side, and would
+    join the two large sets by nested loop, over a scan of the history for each key, for hours.
+    Hash joins read the history once: what a correction costs, on the nights with one. Other
+    nights keep the index look-ups into the registry. `set local` ends with the model's
+    transaction.
+#}
+{% macro no_nested_loops_after_a_replaced_batch(source_name) -%}
+    {{ return(adapter.dispatch('no_nested_loops_after_a_replaced_batch', 'dayclose')(source_name)) }}
+{%- endmacro %}
+
+{% macro default__no_nested_loops_after_a_replaced_batch(source_name) -%}
+{%- endmacro %}
+
+{% macro postgres__no_nested_loops_after_a_replaced_batch(source_name) -%}
+    {%- if execute and is_incremental() -%}
+        {%- set replaced = run_query(
+            "select count(*) from " ~ ref('stg_landing__batch_loads') ~ " as loads"
+            ~ " where loads.source_name = '" ~ source_name ~ "' and loads.is_loaded"
+            ~ " and loads.loaded_at > (select coalesce(max(batch_loaded_at), cast('1900-01-01' as timestamp))"
+            ~ " from " ~ this ~ ")"
+            ~ " and exists (select 1 from " ~ this ~ " as registry where registry.batch_id = loads.batch_id)"
+        ).columns[0].values()[0] -%}
+        {%- if replaced > 0 %}
+    set local enable_nestloop = off
+        {%- endif -%}
+    {%- endif -%}
+{%- endmacro %}
