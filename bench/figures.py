@@ -51,8 +51,10 @@ def _engines(docs: list[dict]) -> tuple[dict, list[dict]]:
 
 
 def _get(d: dict, *path):
+    """d[path[0]][path[1]]..., None where a key (or a list's index) is missing."""
     for p in path:
-        if not isinstance(d, dict) or p not in d:
+        in_list = isinstance(d, list) and isinstance(p, int) and -len(d) <= p < len(d)
+        if not in_list and not (isinstance(d, dict) and p in d):
             return None
         d = d[p]
     return d
@@ -163,7 +165,9 @@ def sales_tables(docs: list[dict]) -> str:
 def units_tables(docs: list[dict]) -> str:
     e, _ = _engines(docs)
     cols = list(e)
+    per_day = {c: next(d["args"]["units_per_day"] for d in reversed(docs) if c in d["engines"]) for c in cols}
     rows = [
+        ("units a day", [per_day[c] for c in cols], "{:,}"),
         (
             "lines loaded (2 days, with replays, retries and garbage)",
             [_get(e[c], "load", "lines") for c in cols],
@@ -202,8 +206,7 @@ def units_tables(docs: list[dict]) -> str:
             "{}",
         ),
     ]
-    per_day = docs[-1]["args"]["units_per_day"]
-    out = [table([f"units, {per_day:,} units/day"] + cols, rows)]
+    out = [table(["units"] + cols, rows)]
     for c in cols:
         nodes = _get(e[c], "nightly", "nodes") or []
         out.append(
