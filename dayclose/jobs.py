@@ -343,7 +343,9 @@ def build_step(
         ["build", *source(job_name).selection],
         window=window,
         extra_vars=overrides,
-        quiet=quiet,
+        # prefect-dbt's runner (the flows) keeps dbt off the console by itself and sends its
+        # lines to the flow run's log; dbt's own runner (the CLI) is told to
+        quiet=quiet and runner is None,
     )
     with dbt.environment(dbt.run_environment(target, run_vars)):
         outcome = dbt.invoke(args, runner, manifest())

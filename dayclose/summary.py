@@ -222,7 +222,8 @@ def read_back(wh: Warehouse, summary: RunSummary) -> None:
             for keys, lines, first in wh.query(
                 f"select new_fields, sum(case when batch_id in ({marks}) then line_count else 0 end), "
                 f"min(batch_id) from {schema}.{job.new_fields} where new_fields is not null "
-                f"group by new_fields having sum(case when batch_id in ({marks}) then line_count else 0 end) > 0 "
+                f"group by new_fields "
+                f"having sum(case when batch_id in ({marks}) then line_count else 0 end) > 0 "
                 "order by new_fields",
                 batch_ids * 2,
             )

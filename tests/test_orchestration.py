@@ -265,12 +265,20 @@ def test_postgres_going_away_mid_build_is_one_line_and_exit_69(
 ) -> None:
     """A failover or an admin ends every session of the run under dbt's build."""
     proc = start_run_and_wait_for_the_build(postgres_target, landing)
+    # the moment a model's statement runs, every session of the run ends (dbt's, the lock's)
+    deadline = time.monotonic() + 120
     with Warehouse(postgres_target) as wh:
-        ended = wh.query(
-            "select pg_terminate_backend(pid) from pg_stat_activity "
-            "where datname = current_database() and pid <> pg_backend_pid()"
-        )
-    assert ended, "no session of the run was found to end"
+        while proc.poll() is None and time.monotonic() < deadline:
+            ended = wh.query(
+                "select pg_terminate_backend(pid) from pg_stat_activity "
+                "where datname = current_database() and pid <> pg_backend_pid() "
+                "and exists (select 1 from pg_stat_activity as busy where busy.datname = current_database() "
+                "and busy.state = 'active' and busy.query like '%%\"node_id\": \"model.dayclose.%%')"
+            )
+            if ended:
+                break
+            time.sleep(0.01)
+    assert ended, "the run ended before a model's statement could be interrupted"
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 69, (out, err)
     [line] = [ln for ln in err.splitlines() if ln.startswith("dayclose run:")]
