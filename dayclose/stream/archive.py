@@ -25,6 +25,11 @@ acknowledged when it died are written again: duplicates, which the nightly job c
 by (line_id, plc_seq). A message of an hour already sealed is not written again (sealing
 required it to be acknowledged, so this can only be a copy).
 
+On a cluster that loses a node it goes on without restarting: its connection moves to another
+node, calls that fail while a leader is elected are retried, and a delivery lost in flight
+(consumers.Continuity) resets the consumer to its ack floor at once, as on a restart, rather
+than leaving the lost messages to the ack wait (which would also hold the hour's seal).
+
 What a line holds when a reading cannot be a valid contract line (nothing dropped silently;
 the nightly job dead-letters each with its reason):
 - a sensor that is not a finite number: the value as a string ("NaN", "Infinity");
@@ -46,12 +51,14 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from dayclose.generate.writer import HOUR, PART_ROWS, iso_ms
 from dayclose.loader.contract import BATCH_DIR, MARKER
 from dayclose.stream.config import StreamSettings
-from dayclose.stream.consumers import align, stored_ms
+from dayclose.stream.consumers import Continuity, ack_all, align, stored_ms
+from dayclose.stream.failover import retrying, transient
 from dayclose.stream.streams import connect
 from dayclose.stream.wire import Readings, WireError, decode, json_safe, rfc3339_ms
 
@@ -130,6 +137,7 @@ class ArchiveStats:
     lines: int = 0
     sealed: list[str] = field(default_factory=list)
     skipped_sealed: int = 0
+    realigned: int = 0  # consumer resets after a delivery lost in flight (a node lost)
 
 
 class Archiver:
@@ -291,26 +299,45 @@ class Archiver:
         try:
             js = nc.jetstream()
             stream = self.settings.telemetry_stream
-            action = await align(js, stream, CONSUMER, self.settings.stored_filter(), None)
+            action = await retrying(lambda: align(js, stream, CONSUMER, self.settings.stored_filter(), None))
             if log:
                 log(f"archive: consumer {action}; {len(self.hours)} unsealed hours taken over")
             sub = await js.pull_subscribe_bind(durable=CONSUMER, stream=stream)
+            continuity = Continuity()
             idle_since = time.monotonic()
             while not stop.is_set():
                 try:
                     msgs = await sub.fetch(FETCH, timeout=0.5)
-                except TimeoutError:
+                except Exception as exc:  # nothing new, or no consumer leader for a moment
+                    if not transient(exc):
+                        raise
                     msgs = []
+                cut = continuity.first_break(msgs)
+                broken = cut is not None
+                if broken:
+                    msgs = msgs[:cut]
                 if msgs:
                     skipped = self.stats.skipped_sealed
                     await asyncio.to_thread(self.write, msgs)
-                    for m in msgs:
-                        await m.ack()
+                    await ack_all(msgs[:-1])
+                    if broken:  # confirmed, so that the reset below starts after these messages
+                        await retrying(partial(msgs[-1].ack_sync, 2.0))
+                    else:
+                        await ack_all(msgs[-1:])
                     idle_since = time.monotonic()
                     if self.stats.skipped_sealed > skipped and log:  # only after a server clock step
                         extra = self.stats.skipped_sealed - skipped
                         log(f"archive: {extra} lines of already sealed hours skipped")
-                info = await js.consumer_info(stream, CONSUMER)
+                if broken:  # the lost messages come back at once (some of the others twice)
+                    await sub.unsubscribe()
+                    await retrying(lambda: align(js, stream, CONSUMER, self.settings.stored_filter(), None))
+                    sub = await js.pull_subscribe_bind(durable=CONSUMER, stream=stream)
+                    continuity.reset()
+                    self.stats.realigned += 1
+                    if log:
+                        log("archive: a delivery was lost with a node; consumer reset to its ack floor")
+                    continue
+                info = await retrying(lambda: js.consumer_info(stream, CONSUMER))
                 if not info.num_ack_pending:
                     sealed = self.seal(nothing_pending=not info.num_pending)
                     if sealed and log:

@@ -57,19 +57,38 @@ def _mapping(args: argparse.Namespace) -> int:
 
 
 def _server(args: argparse.Namespace) -> int:
-    from dayclose.stream.server import PrivateServer
+    from dayclose.stream.server import PrivateCluster, PrivateServer, check_cluster_size
 
     store = Path(args.store) if args.store else PROJECT_DIR / ".dayclose" / "nats"
+    if args.cluster != 1:
+        check_cluster_size(args.cluster)
     stops = {signal.SIGINT, signal.SIGTERM}
     signal.pthread_sigmask(signal.SIG_BLOCK, stops)  # delivered to sigwait below, not as an exception
-    server = PrivateServer(settings(), store=store, port=args.port)
+    server = (
+        PrivateServer(settings(), store=store, port=args.port)
+        if args.cluster == 1
+        else PrivateCluster(settings(), nodes=args.cluster, store=store, port=args.port)
+    )
     try:
         server.start()
-        print(
-            f"nats-server {server.version()} ({server.binary}) on {server.url}, store {store}; "
-            "Ctrl-C stops it"
-        )
-        print(f"export NATS_URL={server.url}", flush=True)
+        if isinstance(server, PrivateCluster):
+            print(
+                f"nats-server {server.version()} ({server.binary}): a JetStream cluster "
+                f"{server.name!r} of {len(server.nodes)} nodes, Ctrl-C stops it"
+            )
+            for node in server.nodes:
+                print(
+                    f"  {node.name} on {node.url} (routes on {node.cluster_port}, monitoring "
+                    f"http://127.0.0.1:{node.http_port}), store {node.store}"
+                )
+            print(f"export NATS_URL={server.url}")
+            print("then: dayclose stream setup --replicas 3", flush=True)
+        else:
+            print(
+                f"nats-server {server.version()} ({server.binary}) on {server.url}, store {store}; "
+                "Ctrl-C stops it"
+            )
+            print(f"export NATS_URL={server.url}", flush=True)
         signal.sigwait(stops)
     finally:
         server.stop()
@@ -176,6 +195,14 @@ def add_commands(sub) -> None:
     sv = ssub.add_parser("server", help="run a private nats-server with the mapping, in the foreground")
     sv.add_argument("--port", type=int, default=None, help="default: a free port")
     sv.add_argument("--store", default=None, help="JetStream store folder (default .dayclose/nats)")
+    sv.add_argument(
+        "--cluster",
+        type=int,
+        default=1,
+        metavar="N",
+        help="N nodes forming one JetStream cluster on loopback ports (3 or more; 1: a single server); "
+        "with --port, the nodes listen on PORT..PORT+N-1, each storing in STORE/n<i>",
+    )
     sv.set_defaults(func=_server)
 
     sim = sub.add_parser("simulate", help="simulated sources")

@@ -13,6 +13,12 @@ durable consumer in line with what it knows is done:
   so they come back at once (some twice: the finance path counts a unit once).
 
 Each durable has one owner at a time (partitions are assigned statically; one archiver).
+
+On a cluster the same holds while running: when a node dies, messages it had handed over
+to a consumer but that never reached the owner are lost in flight, and JetStream would only
+redeliver them after the ack wait, behind newer ones. A consumer numbers its deliveries 1, 2,
+3...; `Continuity` notices a number skipped (or repeated, by a new leader whose copy of the
+consumer lagged) and the owner then brings its consumer in line again, as on start.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ import time
 
 from nats.js import api
 from nats.js.errors import NotFoundError
+
+from dayclose.stream.failover import retrying, transient
 
 ACK_WAIT_S = 30.0
 MAX_ACK_PENDING = 20_000
@@ -67,6 +75,41 @@ async def align(js, stream: str, name: str, filter_subject: str, done_through: i
     await js.delete_consumer(stream, name)
     await js.add_consumer(stream, config=consumer_config(name, filter_subject, done_through + 1))
     return "reset"
+
+
+async def ack_all(msgs: list) -> None:
+    """Acknowledge messages; an acknowledgement that cannot be sent while the client reconnects
+    to another node waits for it."""
+    for m in msgs:
+        await retrying(m.ack)
+
+
+def delivery_seq(msg) -> int:
+    """The consumer's own number of this delivery (1, 2, 3... for one consumer)."""
+    tokens = msg.reply.split(".") if msg.reply else ()
+    if len(tokens) == 9 and tokens[0] == "$JS":
+        return int(tokens[6])
+    return msg.metadata.sequence.consumer
+
+
+class Continuity:
+    """Notices deliveries of one consumer lost in flight (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.last: int | None = None
+
+    def first_break(self, msgs: list) -> int | None:
+        """The index of the first message that does not follow the one before it, else None."""
+        for i, msg in enumerate(msgs):
+            seq = delivery_seq(msg)
+            if self.last is not None and seq != self.last + 1:
+                return i
+            self.last = seq
+        return None
+
+    def reset(self) -> None:
+        """After the consumer was brought in line (or recreated: it numbers from 1 again)."""
+        self.last = None
 
 
 def stored_ms(msg) -> int:
@@ -141,10 +184,11 @@ class Puller:
             self.open_for = 0
             description = msg.headers.get(api.Header.DESCRIPTION, "")
             # ended as asked: expired (408) or its MAX_BYTES reached (409); anything else (404 no
-            # messages, 409 leader change or too many requests waiting, an error) is a refusal
+            # messages, 409 leader change or too many requests waiting, 503 no leader on a
+            # cluster that lost a node, an error) is a refusal
             if status != "408" and not (status == "409" and "MaxBytes" in description):
                 self.refused = f"status {status} {description}".strip()
-                if status not in ("404", "409"):
+                if status not in ("404", "409", "503"):
                     self.error = RuntimeError(f"pull consumer {self.subject}: {self.refused}")
         self.arrived.set()
 
@@ -163,7 +207,12 @@ class Puller:
                 expires = min(timeout, self.REQUEST_S)
                 self.open_for, self.open_until = batch, now + expires + self.GRACE_S
                 request = {"batch": batch, "expires": int(expires * 1e9), "max_bytes": self.MAX_BYTES}
-                await self.nc.publish(self.subject, json.dumps(request).encode(), reply=self.inbox)
+                try:
+                    await self.nc.publish(self.subject, json.dumps(request).encode(), reply=self.inbox)
+                except Exception as exc:  # reconnecting with a full buffer: asked again later
+                    if not transient(exc):
+                        raise
+                    self.open_for, self.refused = 0, f"not sent: {type(exc).__name__}"
             self.arrived.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.arrived.wait(), min(deadline, self.open_until) - now)

@@ -12,7 +12,8 @@ Injected, deterministically for the seed (times as shares of the duration D):
 - drift: one line's mean fill level creeps from target (0.15 D) to its SKU's upper limit
   (0.55 D) and beyond, until it is fixed (0.80 D); the checkweigher rejects out-of-spec units;
 - stuck: one line's temperature sensor repeats one value from 0.25 D to 0.50 D;
-- spikes: three single readings with out-of-range values (fill 9999.9, torque -999.0);
+- spikes: three single readings with out-of-range values (fill 9999.9, torque -999.0), and
+  `extra_spikes` more spread evenly over the run (alerts all along: cluster tests, benchmark);
 - garbage beside real units: copies of readings with a NaN sensor, copies stamped 26 h in
   the future, payloads of random bytes, and a burst of 50 NaN copies on one line (a failing
   sensor: the dead-letter rate alert);
@@ -47,6 +48,7 @@ from dayclose.generate.units import PLC_DAY, PLC_EPOCH, read_reference
 from dayclose.generate.writer import iso_ms, write_csv
 from dayclose.stream.config import StreamSettings
 from dayclose.stream.detectors import Reference
+from dayclose.stream.failover import Publisher
 from dayclose.stream.streams import connect
 from dayclose.stream.wire import encode
 
@@ -132,6 +134,7 @@ def build_scenario(
     reconnect_after_s: float | None = None,
     start_ms: int | None = None,
     clock_offset_s: float = 0.0,
+    extra_spikes: int = 0,
 ) -> Scenario:
     """The scenario of a run that starts now on the plants' clock (machine clock + offset), or
     at start_ms on it."""
@@ -154,6 +157,7 @@ def build_scenario(
     order = [online[int(k)] for k in rng.permutation(len(online))]
     pick = lambda k: order[k % len(order)]  # noqa: E731 (few lines: injections may share one)
     spikes = [(pick(3 + k), share, k % 2) for k, share in enumerate((0.35, 0.45, 0.6))]
+    spikes += [(pick(11 + k), (k + 0.5) / extra_spikes, k % 2) for k in range(extra_spikes)]
     copies = [
         ("nan", pick(4), 0.2),
         ("nan", pick(5), 0.4),
@@ -204,6 +208,7 @@ class Truth:
     readings: int = 0
     duplicates_acked: int = 0
     garbage_messages: int = 0
+    resent: int = 0  # publishes sent again after a refusal or no acknowledgement (a node lost)
 
 
 class Plants:
@@ -218,7 +223,8 @@ class Plants:
         self.truth = Truth()
         self.first_out_of_spec: dict | None = None
         self.offset_ms = int(settings.clock_offset_s * 1000)
-        self._pending: list = []
+        self.publisher: Publisher | None = None
+        self.nc = None  # the gateways' connection while they run (which node it is on: cluster tests)
         self._done_injections: set[int] = set()
         self._garbage = [*scenario.copies, ("burst", scenario.burst_line, scenario.burst_at)]
         self._retries = [scenario.at(share) for share in (0.1, 0.3, 0.5, 0.7, 0.9)]
@@ -302,17 +308,22 @@ class Plants:
                 }
 
     # -- publishing ------------------------------------------------------------------------
-    async def _publish(self, js, subject: str, payload: bytes, msg_id: str | None) -> None:
-        headers = {"Nats-Msg-Id": msg_id} if msg_id else None
-        self._pending.append(await js.publish_async(subject, payload, headers=headers))
+    async def _publish(self, js, subject: str, payload: bytes, msg_id: str) -> None:
+        """Every message has a Nats-Msg-Id, garbage included: one that has to be sent again (a
+        node lost before it acknowledged) is stored once."""
+        if self.publisher is None or self.publisher.js is not js:
+            # one per connection: the live loop and the replay share it
+            self.publisher = Publisher(js, self.nc)
+        await self.publisher.publish(subject, payload, {"Nats-Msg-Id": msg_id})
         self.truth.messages += 1
-        if len(self._pending) >= MAX_PENDING:
+        if len(self.publisher) >= MAX_PENDING:
             await self._settle()
 
     async def _settle(self) -> None:
-        acks, self._pending = self._pending, []
-        for ack in await asyncio.gather(*acks):
-            self.truth.duplicates_acked += bool(ack.duplicate)
+        if self.publisher is not None:
+            await self.publisher.settle()
+            self.truth.duplicates_acked = self.publisher.duplicates
+            self.truth.resent = self.publisher.resent
 
     async def send(self, js, chunk: Chunk, lane: str) -> None:
         line = chunk.line
@@ -337,8 +348,8 @@ class Plants:
             if k not in self._done_injections and target is line and chunk.due_ms >= self.sc.at(share):
                 self._done_injections.add(k)
                 bodies = self._garbage_bodies(kind, k, line, seq, event, verdict, sensors)
-                for body in bodies:
-                    await self._publish(js, subject, body, None)
+                for j, body in enumerate(bodies):
+                    await self._publish(js, subject, body, f"garbage:{kind}:{k}:{j}")
                 self.truth.garbage_messages += len(bodies)
                 self._note(kind, line, chunk, f"{len(bodies)} message(s)")
 
@@ -400,7 +411,7 @@ class Plants:
 
     async def run(self) -> Truth:
         sc = self.sc
-        nc = await connect(self.settings, "dayclose-gateways")
+        nc = self.nc = await connect(self.settings, "dayclose-gateways", buffer_while_reconnecting=False)
         try:
             js = nc.jetstream()
             heap: list[tuple[int, int, int, int]] = []  # (due, line index, window, chunk number)
@@ -522,6 +533,7 @@ class Plants:
             "readings": truth.readings,
             "garbage_messages": truth.garbage_messages,
             "duplicates_acked": truth.duplicates_acked,
+            "resent": truth.resent,
         }
         (folder / "stream_run.json").write_text(json.dumps(summary, indent=1) + "\n")
         return folder

@@ -12,6 +12,11 @@ one). The backfill unit fetches small batches, so a plant's replay shares the wo
 the live subjects instead of queueing in front of them. Worker 0 also runs the dead-letter
 rate watcher (dlrate.py) and the alerts sink that writes `line_alerts` (alerts.py).
 
+On a cluster that loses a node a worker rides it out without restarting: its connection
+moves to another node, JetStream calls that fail while a leader is elected are retried, alerts
+and dead letters are re-sent until stored (failover.py), and a delivery lost in flight makes
+the unit bring its consumer in line with its checkpoint again (consumers.Continuity).
+
 `--workers N` starts N worker processes on this machine; `--worker I --of N` runs one (to
 spread workers over machines). Stop with SIGTERM or Ctrl-C: a worker finishes its batch,
 checkpoints and acknowledges before it exits.
@@ -29,6 +34,7 @@ import sys
 import time
 from array import array
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from nats.js.errors import NotFoundError
@@ -37,9 +43,10 @@ from dayclose.errors import DaycloseError
 from dayclose.settings import resolve_target
 from dayclose.stream.alerts import AlertTable, alert_line
 from dayclose.stream.config import LANES, StreamSettings
-from dayclose.stream.consumers import Puller, align, position
+from dayclose.stream.consumers import Continuity, Puller, ack_all, align, position
 from dayclose.stream.detectors import Reference, Thresholds
 from dayclose.stream.dlrate import DeadLetterRate
+from dayclose.stream.failover import Publisher, retrying, transient
 from dayclose.stream.partition import DeadLetter, Outputs, PartitionProcessor, warm_up
 from dayclose.stream.streams import connect
 
@@ -47,7 +54,6 @@ CHECKPOINT_EVERY_S = 1.0  # checkpoint (then ack) at most this often under load,
 FETCH_LIVE = 256
 FETCH_BACKFILL = 32
 FETCH_WAIT_S = 0.5
-PUBLISH_ACK_WAIT_S = 30.0
 
 
 @dataclass
@@ -61,6 +67,7 @@ class Stats:
     latency_at: array = field(default_factory=lambda: array("d"))  # wall clock of each live message scored
     latency_ms: array = field(default_factory=lambda: array("f"))  # its stored -> scored latency
     backfill_readings: int = 0
+    realigned: int = 0  # consumers brought in line again after a delivery lost in flight (a node lost)
     backfill_span: list[float] = field(default_factory=list)  # wall clock of the first and last backfill
     busy_cpu: list[float] = field(
         default_factory=list
@@ -86,6 +93,7 @@ class Stats:
             "readings": self.readings,
             "alerts": self.alerts,
             "dead_letters": self.dead_letters,
+            "realigned": self.realigned,
             "cpu_s": round(cpu_s, 3),
             "wall_s": round(wall_s, 3),
             "busy_cpu_s": round(self.busy_cpu[1] - self.busy_cpu[0], 3) if len(self.busy_cpu) == 2 else None,
@@ -113,36 +121,57 @@ class Unit:
         self.key = name
         self.sub = None
         self.last_message = time.monotonic()
+        self.continuity = Continuity()
 
     async def open(self, nc, js, kv, from_new: bool = False) -> str:
         """Restore the checkpoint and align the consumer with it. Without a checkpoint the unit
         starts at the stream's beginning, or with from_new after its last message (a checkpoint
         saying so is written first, so a crash cannot send it back to the beginning)."""
         with contextlib.suppress(NotFoundError):
-            entry = await kv.get(self.key)
+            entry = await retrying(lambda: kv.get(self.key))
             if entry.value:
                 self.processor.restore(entry.value)
         if from_new and not self.processor.last_seq:
-            self.processor.last_seq = (await js.stream_info(self.stream)).state.last_seq
-            await kv.put(self.key, self.processor.snapshot())
-        action = await align(js, self.stream, self.name, self.subject, self.processor.last_seq)
+            self.processor.last_seq = (await retrying(lambda: js.stream_info(self.stream))).state.last_seq
+            await retrying(lambda: kv.put(self.key, self.processor.snapshot()))
+        action = await retrying(
+            lambda: align(js, self.stream, self.name, self.subject, self.processor.last_seq)
+        )
         self.sub = await Puller(nc, self.stream, self.name).start()
+        self.continuity.reset()
         return action
 
-    async def run(self, js, kv, stop: asyncio.Event, stats: Stats, live: bool, page=None) -> None:
+    async def realign(self, nc, js) -> None:
+        """A delivery was lost in flight (a node died holding it): deliver again from the message
+        after the checkpoint's, before anything newer is scored."""
+        await self.sub.stop()
+        await retrying(lambda: align(js, self.stream, self.name, self.subject, self.processor.last_seq))
+        self.sub = await Puller(nc, self.stream, self.name).start()
+        self.continuity.reset()
+
+    async def run(self, nc, js, kv, stop: asyncio.Event, stats: Stats, live: bool, page=None) -> None:
         unacked: list = []
         checkpointed = time.monotonic()
         while True:
             stopping = stop.is_set()
             msgs = []
+            broken = False
             if not stopping:
                 try:
                     msgs = await self.sub.fetch(self.batch, timeout=FETCH_WAIT_S)
                 except TimeoutError:
                     msgs = []
+                cut = self.continuity.first_break(msgs)
+                if cut is not None:  # what follows a lost delivery waits: the order of scoring holds
+                    msgs, broken = msgs[:cut], True
             if msgs and not stats.busy_cpu:
                 stats.busy_cpu.append(time.process_time())
             positions = [position(m) for m in msgs]
+            fresh, last = [], self.processor.last_seq  # a redelivery of what was scored is no latency
+            for seq, stored in positions:
+                if seq > last:
+                    fresh.append(stored)
+                    last = seq
             outs = [self._process(m, seq, stored) for m, (seq, stored) in zip(msgs, positions, strict=True)]
             tick = getattr(self.processor, "tick", None)
             if tick is not None:
@@ -155,21 +184,25 @@ class Unit:
                 stats.readings += scored
                 now = time.time()
                 if live:
-                    stats.latency_ms.extend(now * 1000 - stored for _, stored in positions)
-                    stats.latency_at.extend([now] * len(msgs))
+                    stats.latency_ms.extend(now * 1000 - stored for stored in fresh)
+                    stats.latency_at.extend([now] * len(fresh))
                 elif self.stream == self.settings.telemetry_stream:
                     stats.backfill_readings += scored
                     stats.backfill_span[:] = [stats.backfill_span[0] if stats.backfill_span else now, now]
             unacked.extend(msgs)
-            if unacked and (not msgs or stopping or time.monotonic() - checkpointed >= CHECKPOINT_EVERY_S):
-                await kv.put(self.key, self.processor.snapshot())
-                for m in unacked:
-                    await m.ack()
+            if unacked and (
+                not msgs or stopping or broken or time.monotonic() - checkpointed >= CHECKPOINT_EVERY_S
+            ):
+                await retrying(partial(kv.put, self.key, self.processor.snapshot()))
+                await ack_all(unacked)
                 unacked.clear()
                 checkpointed = time.monotonic()
                 stats.busy_cpu[1:] = [time.process_time()]
             if stopping:
                 return
+            if broken:
+                await self.realign(nc, js)
+                stats.realigned += 1
             if not live:
                 await asyncio.sleep(0)  # let the live units in between backfill batches
 
@@ -185,16 +218,17 @@ class Unit:
 
 
 async def publish_outputs(js, settings: StreamSettings, outs: list[Outputs], stats: Stats, page=None) -> None:
-    """Alerts and dead letters of a batch, stored before the batch is checkpointed; each paged
-    alert that opens is also one line for `page` (the operator's terminal)."""
-    pending = []
+    """Alerts and dead letters of a batch, stored before the batch is checkpointed (re-sent until
+    they are: their ids make a copy harmless); each paged alert that opens is also one line for
+    `page` (the operator's terminal)."""
+    publisher = Publisher(js)
     for out in outs:
         for alert in out.alerts:
             if page is not None and alert["paged"] and alert["event"] == "open":
                 page(alert_line(alert))
             subject = settings.alert_subject(not alert["paged"], alert["plant_id"], alert["line_id"])
             headers = {"Nats-Msg-Id": f"{alert['alert_id']}/{alert['event']}"}
-            pending.append(await js.publish_async(subject, json.dumps(alert).encode(), headers=headers))
+            await publisher.publish(subject, json.dumps(alert).encode(), headers)
             stats.alerts += 1
         for dead in out.dead:
             headers = {
@@ -204,26 +238,28 @@ async def publish_outputs(js, settings: StreamSettings, outs: list[Outputs], sta
                 "Dayclose-Source-Seq": str(dead.source_seq),
             }
             subject = settings.dead_subject(dead.plant_id, dead.line_id)
-            pending.append(await js.publish_async(subject, dead.payload, headers=headers))
+            await publisher.publish(subject, dead.payload, headers)
             stats.dead_letters += 1
-    if pending:  # no acknowledgement within the limit: the worker stops, and resumes from its checkpoint
-        await asyncio.wait_for(asyncio.gather(*pending), PUBLISH_ACK_WAIT_S)
+    # stored at last, or after failover.RETRY_FOR_S a TimeoutError: the worker stops, and resumes
+    # from its checkpoint
+    await publisher.settle()
 
 
 async def sink_alerts(js, settings: StreamSettings, target_name: str | None, stop: asyncio.Event) -> None:
     """Copy the alerts stream into line_alerts (one writer), acknowledging after each commit."""
     table = AlertTable(resolve_target(target_name))
     name = "alerts-sink"
-    await align(js, settings.alerts_stream, name, f"{settings.prefix}.alerts.>", None)
+    await retrying(lambda: align(js, settings.alerts_stream, name, f"{settings.prefix}.alerts.>", None))
     sub = await js.pull_subscribe_bind(durable=name, stream=settings.alerts_stream)
     while not stop.is_set():
         try:
             msgs = await sub.fetch(256, timeout=FETCH_WAIT_S)
-        except TimeoutError:
+        except Exception as exc:  # nothing new, or no consumer leader for a moment
+            if not transient(exc):
+                raise
             continue
         await asyncio.to_thread(table.upsert, [json.loads(m.data) for m in msgs])
-        for m in msgs:
-            await m.ack()
+        await ack_all(msgs)
 
 
 def partitions_of(worker: int, workers: int, partitions: int) -> list[int]:
@@ -289,7 +325,7 @@ async def run_worker(
     try:
         js = nc.jetstream()
         try:
-            kv = await js.key_value(settings.state_bucket)
+            kv = await retrying(lambda: js.key_value(settings.state_bucket))
         except NotFoundError:
             raise DaycloseError(
                 f"no KV bucket {settings.state_bucket} at {settings.url}: run `dayclose stream setup` first"
@@ -299,7 +335,7 @@ async def run_worker(
         if log:
             parts = ", ".join(f"{a} {actions.count(a)}" for a in sorted(set(actions)))
             log(f"worker {worker}/{workers}: {len(units)} consumers ({parts})")
-        tasks = [asyncio.create_task(unit.run(js, kv, stop, stats, live, log)) for unit, live in units]
+        tasks = [asyncio.create_task(unit.run(nc, js, kv, stop, stats, live, log)) for unit, live in units]
         if worker == 0 and sink:
             tasks.append(asyncio.create_task(sink_alerts(js, settings, target_name, stop)))
         if idle_exit:

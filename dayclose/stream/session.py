@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -48,8 +49,12 @@ async def run_session(
     monitor: bool = True,
     idle_s: float = 2.0,
     log=None,
+    alongside: Callable[[Plants], Awaitable[None]] | None = None,
 ) -> Session:
-    """Publish the scenario while monitoring and archiving it; return when all is consumed."""
+    """Publish the scenario while monitoring and archiving it; return when all is consumed.
+
+    `alongside(plants)` runs beside the plants from their start (a test killing cluster nodes);
+    the consumers are not stopped before it has returned."""
     plants = Plants(settings, scenario, log)
     started = time.time()
     plants_done = asyncio.Event()
@@ -75,8 +80,12 @@ async def run_session(
         archive_task = asyncio.create_task(archiver.run(stop_archive))
         tasks.append(archive_task)
 
+    beside = asyncio.create_task(alongside(plants)) if alongside is not None else None
+
     async def stop_when_idle() -> None:
         await plants_done.wait()
+        if beside is not None:
+            await beside
         last = (0, 0)
         quiet_since = time.monotonic()
         while not (stop_monitor.is_set() and stop_archive.is_set()):
@@ -90,8 +99,12 @@ async def run_session(
                     stop_archive.set()
 
     tasks.append(asyncio.create_task(stop_when_idle()))
+    if beside is not None:
+        tasks.append(beside)
     try:
         await tasks[0]
+        if beside is not None:
+            await beside
         stats = await monitor_task if monitor_task else None
         astats = await archive_task if archive_task else None
     finally:

@@ -9,6 +9,7 @@ subjects by line as configured (K partitions), with a probe that stores nothing.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from dataclasses import dataclass, field
 
 import nats
@@ -26,11 +27,17 @@ from dayclose.stream.config import (
     TELEMETRY_MAX_AGE_S,
     StreamSettings,
 )
-from dayclose.stream.server import answers
+from dayclose.stream.server import answers, server_urls
 
 
-async def connect(settings: StreamSettings, name: str) -> nats.NATS:
-    """A connection that reconnects forever once made, or Unavailable when nothing answers."""
+async def connect(settings: StreamSettings, name: str, buffer_while_reconnecting: bool = True) -> nats.NATS:
+    """A connection that reconnects forever once made, or Unavailable when nothing answers.
+
+    NATS_URL may list a cluster's nodes, comma-separated: the client connects to one of them
+    and, when that node goes away, to another (it also learns the nodes the server announces).
+    Without buffer_while_reconnecting a publish fails while the client reconnects, rather than
+    being kept and sent to the next node (failover.Publisher needs that to keep the order).
+    """
     if not answers(settings.url, 2.0):
         raise Unavailable(
             f"nothing answers at {settings.url}: start nats-server -js there (or `dayclose stream server`), "
@@ -42,11 +49,17 @@ async def connect(settings: StreamSettings, name: str) -> nats.NATS:
 
     try:
         return await nats.connect(
-            settings.url,
+            server_urls(settings.url),
             name=name,
-            connect_timeout=5,
+            connect_timeout=2,
             max_reconnect_attempts=-1,
-            reconnect_time_wait=0.5,
+            # a node that died is tried again after this; the others at once
+            reconnect_time_wait=0.25,
+            # a node whose machine vanished closes no socket: its pings going unanswered is how a
+            # client notices (3 x 5 s), where the default (2 x 120 s) would hold publishes for minutes
+            ping_interval=5,
+            max_outstanding_pings=3,
+            **({} if buffer_while_reconnecting else {"pending_size": 0}),
             error_cb=quiet,
         )
     except Exception as exc:  # nats raises several unrelated types for "could not connect"
@@ -111,10 +124,12 @@ class SetupReport:
     server_version: str
     streams: list[tuple[str, str]] = field(default_factory=list)  # (name, created|updated|unchanged)
     partition_of_line: dict[str, int] = field(default_factory=dict)
+    nodes: list[tuple[str, str]] = field(default_factory=list)  # a cluster's: (url, what its probe found)
 
     def lines(self, settings: StreamSettings) -> list[str]:
         out = [f"NATS {settings.url} (nats-server {self.server_version})"]
         out += [f"  {name}: {action}" for name, action in self.streams]
+        out += [f"  node {url}: {found}" for url, found in self.nodes]
         counts = [0] * settings.partitions
         for k in self.partition_of_line.values():
             counts[k] += 1
@@ -148,7 +163,12 @@ async def ensure_streams(js, settings: StreamSettings) -> list[tuple[str, str]]:
             ) from None
     try:
         await js.key_value(settings.state_bucket)
-        done.append((f"KV bucket {settings.state_bucket}", "unchanged"))
+        info = await js.stream_info(f"KV_{settings.state_bucket}")  # the bucket's own stream
+        if (info.config.num_replicas or 1) != settings.replicas:
+            await js.update_stream(config=dataclasses.replace(info.config, num_replicas=settings.replicas))
+            done.append((f"KV bucket {settings.state_bucket}", "updated (num_replicas)"))
+        else:
+            done.append((f"KV bucket {settings.state_bucket}", "unchanged"))
     except NotFoundError:  # BucketNotFoundError
         await js.create_key_value(
             api.KeyValueConfig(
@@ -211,10 +231,34 @@ async def setup(settings: StreamSettings, line_ids: list[str]) -> SetupReport:
         js = nc.jetstream()
         report = SetupReport(server_version=nc.connected_server_version._server_version)
         report.partition_of_line = await probe_partitions(nc, settings, line_ids)
+        report.nodes = await probe_nodes(settings, line_ids, report.partition_of_line)
         report.streams = await ensure_streams(js, settings)
         return report
     finally:
         await nc.close()
+
+
+async def probe_nodes(settings: StreamSettings, line_ids: list[str], expected: dict[str, int]) -> list:
+    """On a cluster (several URLs), the mapping of each node: a node applies its own mapping
+    to what its clients publish, so one without it (or with another K) would send its
+    gateways' readings nowhere. A node that does not answer is reported, not refused."""
+    urls = server_urls(settings.url)
+    if len(urls) < 2:
+        return []
+    found = []
+    for url in urls:
+        if not answers(url, 1.0):
+            found.append((url, "does not answer: its mapping not checked"))
+            continue
+        one = dataclasses.replace(settings, url=url)
+        nc = await connect(one, "dayclose-setup-node")
+        try:
+            if await probe_partitions(nc, one, line_ids) != expected:
+                raise DaycloseError(f"the node at {url} maps lines into other partitions than {urls[0]}")
+        finally:
+            await nc.close()
+        found.append((url, "maps as configured"))
+    return found
 
 
 async def has_mapping(settings: StreamSettings, line_ids: list[str]) -> bool:
