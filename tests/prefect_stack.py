@@ -8,11 +8,14 @@ worker, as subprocesses, as an operator would run them.
         state = stack.wait_final(run_id, timeout=120)
 
 Everything lives under a private PREFECT_HOME (sqlite database included); every process is
-started in its own session and stopped by its process group on exit.
+started in its own session and stopped by its process group on exit. A worker starts each flow
+run in a session of its own, so a flow run can outlive its worker: `end_flow_runs()` (also on
+exit) ends the flow-run processes still alive, found by the runs' `infrastructure_pid`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -82,12 +85,14 @@ class PrefectStack:
         self.env.pop("PREFECT_PROFILE", None)
 
     # ------------------------------------------------------------------ processes
-    def _spawn(self, name: str, args: list[str], cwd: Path | None = None) -> subprocess.Popen:
+    def _spawn(
+        self, name: str, args: list[str], cwd: Path | None = None, env: dict[str, str] | None = None
+    ) -> subprocess.Popen:
         with open(self.log_dir / f"{name}.log", "wb") as log:  # the child keeps its own handle
             proc = subprocess.Popen(
                 args,
                 cwd=cwd or self.project_dir,
-                env=self.env,
+                env={**self.env, **(env or {})},
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # own process group: we can stop it and its children by pid
@@ -141,7 +146,10 @@ class PrefectStack:
         self.cli("work-pool", "create", self.pool, "--type", "process", "--overwrite")
         self.timings["pool_create_s"] = round(time.monotonic() - t0, 1)
 
-    def start_worker(self, name: str = "worker", timeout: float = 120) -> None:
+    def start_worker(
+        self, name: str = "worker", timeout: float = 120, env: dict[str, str] | None = None
+    ) -> None:
+        """A process worker (its flow runs get its environment, updated with `env`)."""
         t0 = time.monotonic()
         self._spawn(
             name,
@@ -156,6 +164,7 @@ class PrefectStack:
                 "--name",
                 f"{self.pool}-{name}",
             ],
+            env=env,
         )
         # ready once the worker logs that it started (its first poll follows right away)
         log = self.log_dir / f"{name}.log"
@@ -185,7 +194,53 @@ class PrefectStack:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
 
+    def kill(self, name: str) -> float:
+        """`kill -9` of a process's group (a worker that dies): the monotonic time of the kill."""
+        proc = self.procs.pop(name)
+        os.killpg(proc.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        proc.wait(timeout=30)
+        return killed
+
+    def flow_run_pid(self, run_id: str, run: dict | None = None) -> int | None:
+        """The process of a flow run that a process worker started, while it is alive."""
+        infrastructure_pid = (run or self.flow_run(run_id)).get("infrastructure_pid")
+        if not infrastructure_pid:
+            return None
+        pid = int(str(infrastructure_pid).rsplit(":", 1)[-1])  # "<pid>" or "<host>:<pid>"
+        try:  # this run's process, not another one that got the same pid since
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            return None
+        return pid if f"PREFECT__FLOW_RUN_ID={run_id}".encode() in environ else None
+
+    def wait_flow_run_exit(self, run_id: str, timeout: float = 60) -> float:
+        """Wait until the flow run's process has exited: the seconds waited."""
+        t0 = time.monotonic()
+        while (pid := self.flow_run_pid(run_id)) is not None:
+            if time.monotonic() - t0 > timeout:
+                raise TimeoutError(f"the process {pid} of flow run {run_id} is still alive")
+            time.sleep(0.2)
+        return time.monotonic() - t0
+
+    def end_flow_runs(self) -> list[int]:
+        """SIGKILL the flow-run processes still alive (each in its own session): their pids."""
+        ended = []
+        for run in self.api("POST", "/flow_runs/filter", {"limit": 200}) or []:
+            pid = self.flow_run_pid(run["id"], run)
+            if pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    if os.getpgid(pid) == pid:  # its own group: it and anything it started
+                        os.killpg(pid, signal.SIGKILL)
+                    else:
+                        os.kill(pid, signal.SIGKILL)
+                ended.append(pid)
+        return ended
+
     def stop(self) -> None:
+        if self.procs.get("server") and self.procs["server"].poll() is None:
+            with contextlib.suppress(Exception):  # the API is needed to find them
+                self.end_flow_runs()
         # workers first, server last; each by its own process group id
         for name in sorted(self.procs, key=lambda n: n == "server"):
             proc = self.procs[name]
