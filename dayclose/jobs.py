@@ -34,7 +34,7 @@ from dayclose.publish import (
     publish,
     published_total,
 )
-from dayclose.runlock import run_lock
+from dayclose.runlock import LockCheck, run_lock
 from dayclose.settings import Target
 from dayclose.sources import Source, project_vars, source
 from dayclose.summary import RunSummary, read_back
@@ -74,6 +74,7 @@ class _Run:
     reason: str | None = None
     current_step: str = "lock"  # the step running, or the last one run (step_done), for messages
     step_done: bool = True
+    lock_held: LockCheck = lambda step: None  # raises when the run lock was lost under the run
 
 
 def run_nightly(
@@ -148,7 +149,10 @@ def _locked(run: _Run, lock_timeout: float) -> RunSummary:
     summary = run.summary
     started = utc_now()
     clock = time.monotonic()
-    with run_lock(run.target, summary.job, lock_timeout), dbt.environment(dbt.dbt_env(run.target)):
+    with (
+        run_lock(run.target, summary.job, lock_timeout) as run.lock_held,
+        dbt.environment(dbt.dbt_env(run.target)),
+    ):
         summary.step_seconds["lock"] = time.monotonic() - clock
         try:
             _steps(run)
@@ -256,6 +260,10 @@ def _load_build_publish(run: _Run, manifest: Callable[[], Any]) -> None:
         manifest,
         run.quiet,
     )
+    if not summary.build.success:
+        # a model dbt reports only as ERROR (a microbatch batch) may have lost its server:
+        # a run lock gone with its session says so, in one line
+        run.lock_held("build")
     with Warehouse(target) as wh:
         read_back(wh, summary)
     if summary.build.success:
@@ -277,8 +285,10 @@ def _publish(run: _Run) -> None:
         if project_vars()["hold_days_with_conflicting_copies"]
         else frozenset()
     )
-    progress(f"publish {summary.job}: the gates passed; days {summary.days_text()} to the readers")
     try:
+        run.current_step, run.step_done = "publish", False
+        run.lock_held("publish")  # built while another run could take the lock: not for readers
+        progress(f"publish {summary.job}: the gates passed; days {summary.days_text()} to the readers")
         _timed(run, "publish", publish_step, run.target, summary.job, summary.window, summary.as_of, held)
     except PublishMismatch as exc:
         # built and gated, refused at publication (a later as-of already published these days)

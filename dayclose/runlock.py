@@ -21,12 +21,14 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
-from dayclose.errors import WarehouseBusy
+from dayclose.errors import Unavailable, WarehouseBusy
 from dayclose.settings import Target
-from dayclose.warehouse import postgres_connect
+from dayclose.warehouse import lost_connection_message, postgres_connect
+
+LockCheck = Callable[[str], None]
 
 
 def _holder_text(job: str) -> str:
@@ -36,14 +38,21 @@ def _holder_text(job: str) -> str:
 
 
 @contextlib.contextmanager
-def run_lock(target: Target, job: str, timeout: float = 0.0, poll: float = 0.5) -> Iterator[None]:
-    """Hold the warehouse's run lock; wait up to `timeout` seconds, then raise WarehouseBusy."""
+def run_lock(target: Target, job: str, timeout: float = 0.0, poll: float = 0.5) -> Iterator[LockCheck]:
+    """Hold the warehouse's run lock; wait up to `timeout` seconds, then raise WarehouseBusy.
+
+    Yields a check to call before a step that must not run without the lock (publication),
+    and to tell a failed step from a lost server: it raises Unavailable, naming the step,
+    when the lock was lost under the run. A
+    Postgres session that ended (a failover, an admin) took its advisory lock with it, and
+    another run may have started since; a file lock cannot be lost while its process lives.
+    """
     if target.duckdb_path is not None:
         with _file_lock(target, job, timeout, poll):
-            yield
+            yield lambda step: None
     else:
-        with _advisory_lock(target, job, timeout, poll):
-            yield
+        with _advisory_lock(target, job, timeout, poll) as check:
+            yield check
 
 
 @contextlib.contextmanager
@@ -82,7 +91,7 @@ def _file_lock(target: Target, job: str, timeout: float, poll: float) -> Iterato
 
 
 @contextlib.contextmanager
-def _advisory_lock(target: Target, job: str, timeout: float, poll: float) -> Iterator[None]:
+def _advisory_lock(target: Target, job: str, timeout: float, poll: float) -> Iterator[LockCheck]:
     import psycopg2
 
     conn = postgres_connect(f"dayclose {job} run lock")
@@ -115,8 +124,22 @@ def _advisory_lock(target: Target, job: str, timeout: float, poll: float) -> Ite
                     f"in database {conn.info.dbname}: {who}; this {job} run did not start."
                 )
             time.sleep(poll)
+
+        def check(step: str) -> None:
+            try:
+                cur.execute(
+                    "select count(*) from pg_locks where pid = pg_backend_pid() and locktype = 'advisory' "
+                    "and granted and (classid::bigint << 32 | objid::bigint) = %s",
+                    (key,),
+                )
+                held = cur.fetchone()[0] > 0
+            except psycopg2.Error as exc:
+                raise Unavailable(lost_connection_message(step, exc)) from exc
+            if not held:
+                raise Unavailable(f"{step}: the run lock of schema {target.schema} is no longer held")
+
         try:
-            yield
+            yield check
         finally:
             # a session that ended under the run (a failover, an admin) took its lock with it
             with contextlib.suppress(psycopg2.Error):

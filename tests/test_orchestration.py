@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from dayclose import jobs, prefect_tasks
-from dayclose.errors import WarehouseBusy
+from dayclose.errors import Unavailable, WarehouseBusy
 from dayclose.generate import generate_sales, read_sales_truth
 from dayclose.jobs import run_nightly
 from dayclose.loader import load as load_module
@@ -201,9 +201,11 @@ def test_second_runner_gets_a_clear_message(engine: Target, landing: Path, week:
         run_nightly("sales", engine, landing, ts("2026-11-24T00:30"), quiet=True, lock_timeout=0)
 
 
-def start_run_and_wait_for_the_build(engine: Target, landing: Path) -> subprocess.Popen[str]:
+def start_run_and_wait_for_the_build(
+    engine: Target, landing: Path, until: str = "START batch"
+) -> subprocess.Popen[str]:
     """`dayclose run sales` of the week's last night in a process of its own, returned once
-    dbt has started the microbatch build (its first batch)."""
+    dbt's log says `until` (by default: dbt has started the microbatch build's first batch)."""
     env = {**os.environ, "DAYCLOSE_TARGET": engine.name}
     cmd = [sys.executable, "-m", "dayclose.cli", "run", "sales", "--as-of", "2026-11-25T00:30"]
     proc = subprocess.Popen(
@@ -218,7 +220,7 @@ def start_run_and_wait_for_the_build(engine: Target, landing: Path) -> subproces
     deadline = time.monotonic() + 240
     while proc.poll() is None and time.monotonic() < deadline:
         logs = list(state.glob("*/logs/dbt.log"))
-        if logs and "START batch" in logs[0].read_text(errors="replace"):
+        if logs and until in logs[0].read_text(errors="replace"):
             return proc
         time.sleep(0.05)
     proc.kill()
@@ -260,12 +262,31 @@ def test_sigterm_mid_build_stops_in_one_line_and_releases_the_lock(
     rerun_is_exact(engine, landing, week)
 
 
+def test_a_run_lock_lost_under_the_run_stops_its_publication(postgres_target: Target) -> None:
+    """A session that ends takes its advisory lock with it, and another run may start: the
+    check before publication says so instead of publishing next to that run."""
+    from dayclose.runlock import run_lock
+
+    with run_lock(postgres_target, "sales") as lock_held:
+        lock_held("publish")  # held: no word
+        with Warehouse(postgres_target) as wh:
+            [(ended,)] = wh.query(
+                "select pg_terminate_backend(pid) from pg_stat_activity "
+                "where application_name = 'dayclose sales run lock' and datname = current_database()"
+            )
+        assert ended
+        with pytest.raises(Unavailable, match=r"^publish: lost the connection to Postgres at "):
+            lock_held("publish")
+        with run_lock(postgres_target, "units", timeout=0) as other:  # the lock is free again
+            other("publish")
+
+
 def test_postgres_going_away_mid_build_is_one_line_and_exit_69(
     postgres_target: Target, landing: Path, week: dict
 ) -> None:
     """A failover or an admin ends every session of the run under dbt's build."""
-    proc = start_run_and_wait_for_the_build(postgres_target, landing)
-    # the moment a model's statement runs, every session of the run ends (dbt's, the lock's)
+    proc = start_run_and_wait_for_the_build(postgres_target, landing, until="Concurrency:")
+    # the moment one of dbt's statements runs, every session of the run ends (dbt's, the lock's)
     deadline = time.monotonic() + 120
     with Warehouse(postgres_target) as wh:
         while proc.poll() is None and time.monotonic() < deadline:
@@ -273,12 +294,13 @@ def test_postgres_going_away_mid_build_is_one_line_and_exit_69(
                 "select pg_terminate_backend(pid) from pg_stat_activity "
                 "where datname = current_database() and pid <> pg_backend_pid() "
                 "and exists (select 1 from pg_stat_activity as busy where busy.datname = current_database() "
-                "and busy.state = 'active' and busy.query like '%%\"node_id\": \"model.dayclose.%%')"
+                "and busy.pid <> pg_backend_pid() and busy.state = 'active' "
+                'and busy.query like \'%%"node_id": "model.dayclose.%%\')'
             )
             if ended:
                 break
             time.sleep(0.01)
-    assert ended, "the run ended before a model's statement could be interrupted"
+    assert ended, "the run ended before one of dbt's statements could be interrupted"
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 69, (out, err)
     [line] = [ln for ln in err.splitlines() if ln.startswith("dayclose run:")]
