@@ -16,6 +16,8 @@ from dayclose.stream.session import past_night, run_session
 from tests.helpers import good_units
 from tests.stream_fixtures import as_of_after, duckdb_target, read_truth, stream_server
 
+pytestmark = pytest.mark.serial  # asserts a latency budget: scripts/test runs it alone
+
 
 @pytest.fixture(scope="module")
 def replay(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:

@@ -37,6 +37,8 @@ from dayclose.stream.session import past_night, run_session
 from dayclose.stream.streams import connect
 from tests.stream_fixtures import read_truth, stream_cluster, stream_messages
 
+pytestmark = pytest.mark.serial  # asserts a latency budget: scripts/test runs it alone
+
 DURATION_S = 50
 BEFORE_S = 4.0  # from the monitor's first acknowledgement to the first kill
 DOWN_S = 12.0  # longer than an election (at most 9 s), so that a degraded phase follows it

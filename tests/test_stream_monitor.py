@@ -36,6 +36,8 @@ from tests.stream_fixtures import (
     stream_server,
 )
 
+pytestmark = pytest.mark.serial  # asserts a latency budget: scripts/test runs it alone
+
 BUDGET_S = 5.0  # the operators' budget: a drifting line flagged within seconds of going out of spec
 FROM_READING_S = 2.0  # from the reading's own timestamp, gateway batching included
 
