@@ -138,25 +138,21 @@ class LiveFeed:
 
     def drain(self, only: str | None = None) -> None:
         """Score the waiting messages that now continue their lines (the stored path brought
-        what they waited for); drop those that waited WAIT_S."""
+        what they waited for), in plc_seq order; drop those that waited WAIT_S."""
         now = time.monotonic()
         for line in [only] if only is not None else list(self.waiting):
             queue = self.waiting.get(line, [])
             keep = []
-            progressed = True
-            while progressed:
-                progressed, keep = False, []
-                for entry in queue:
-                    _lo, since, subject, payload, received_ms = entry
-                    if now - since > WAIT_S:
-                        self.dropped += 1
-                        continue
-                    if self._score(subject, payload, received_ms) is None:
-                        keep.append(entry)
-                    else:
-                        progressed = True
-                queue = keep
-            self.n_waiting -= len(self.waiting.get(line, [])) - len(keep)
+            for i, entry in enumerate(queue):
+                _lo, since, subject, payload, received_ms = entry
+                if now - since > WAIT_S:
+                    self.dropped += 1
+                elif self._score(subject, payload, received_ms) is None:
+                    # the first that cannot continue its line: nor can those after it (higher)
+                    keep = [e for e in queue[i:] if now - e[1] <= WAIT_S]
+                    self.dropped += len(queue) - i - len(keep)
+                    break
+            self.n_waiting -= len(queue) - len(keep)
             if keep:
                 self.waiting[line] = keep
             else:
@@ -220,13 +216,13 @@ class LiveListeners:
     each, kept apart (when a reconnection puts both on one node, the second is moved to another
     node, subscribed there before its old connection closes)."""
 
-    def __init__(self, settings: StreamSettings, feeds: dict[int, LiveFeed], name: str):
+    def __init__(self, settings: StreamSettings, feeds: dict[int, LiveFeed], name: str, stats: Any = None):
         self.settings = settings
+        self.stats = stats  # monitor.Stats: live_nodes, live_moves
         self.feeds = feeds
         self.name = name
         self.urls = server_urls(settings.url)
         self.conns: list[nats.NATS] = []
-        self.moved = 0
         self._watch: asyncio.Task | None = None
 
     async def _open(self, first: str, i: int) -> nats.NATS:
@@ -239,13 +235,19 @@ class LiveListeners:
     async def start(self) -> LiveListeners:
         for i in range(min(LISTENERS, len(self.urls))):
             self.conns.append(await self._open(self.urls[i], i))
+        self._note()
         if len(self.conns) > 1:
             self._watch = asyncio.create_task(self._keep_apart())
         return self
 
+    def _note(self) -> None:
+        if self.stats is not None:
+            self.stats.live_nodes[:] = [_node(nc) for nc in self.conns]
+
     async def _keep_apart(self) -> None:
         while True:
             await asyncio.sleep(WATCH_S)
+            self._note()
             a, b = _node(self.conns[0]), _node(self.conns[1])
             if a is None or a != b:
                 continue
@@ -260,7 +262,8 @@ class LiveListeners:
                     await fresh.close()
                     continue
                 old, self.conns[1] = self.conns[1], fresh
-                self.moved += 1
+                if self.stats is not None:
+                    self.stats.live_moves += 1
                 with contextlib.suppress(Exception):
                     await old.close()
                 break

@@ -71,6 +71,8 @@ class Stats:
     latency_ms: array = field(default_factory=lambda: array("f"))  # its published -> scored (paged) latency
     backfill_readings: int = 0
     live_readings: int = 0  # of `readings`, scored first from the live path (live.py)
+    live_nodes: list[str | None] = field(default_factory=list)  # where the live path listens now
+    live_moves: int = 0  # a live listener moved off the node the other was on
     realigned: int = 0  # consumers brought in line again after a delivery lost in flight (a node lost)
     backfill_span: list[float] = field(default_factory=list)  # wall clock of the first and last backfill
     busy_cpu: list[float] = field(
@@ -360,7 +362,7 @@ async def run_worker(
             if live and live_path:
                 unit.feed = feeds[unit.partition] = LiveFeed(unit.processor, stats, log)
         if feeds:
-            listeners = await LiveListeners(settings, feeds, f"dayclose-monitor-{worker}").start()
+            listeners = await LiveListeners(settings, feeds, f"dayclose-monitor-{worker}", stats).start()
         tasks = [asyncio.create_task(unit.run(nc, js, kv, stop, stats, live, log)) for unit, live in units]
         if worker == 0 and sink:
             tasks.append(asyncio.create_task(sink_alerts(js, settings, target_name, stop)))
