@@ -23,10 +23,12 @@ Each part runs against a private nats-server (K = 8 partitions, file storage):
    plants publish 20,000 readings/s (a spike every half second, so alerts open all along) to a
    monitor worker and the archiver in this process: first a node the gateways are not
    connected to (the telemetry stream's leader when it is one of those), then theirs, each
-   restarted 15 s later. p99 publish -> alert (arrival in the stream to scored with its alerts
-   stored) by phase (before, each loss's failover, degraded and rejoin, after), the Raft
+   restarted 15 s later. p99 publish -> alert (the gateway's first publish of a message to its
+   readings scored and its alerts paged, by whichever path came first: the live path, live.py,
+   or JetStream) by phase (before, each loss's failover, degraded and rejoin, after), the Raft
    elections' and the catch-ups' durations, and the landing against the simulator's truth:
-   readings lost, readings stored twice.
+   readings lost, readings stored twice. `--no-live-path`: the monitor scores only what
+   JetStream delivers (the design before decision 0006), for comparison.
 """
 
 from __future__ import annotations

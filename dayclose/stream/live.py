@@ -248,9 +248,14 @@ class LiveListeners:
         while True:
             await asyncio.sleep(WATCH_S)
             self._note()
-            a, b = _node(self.conns[0]), _node(self.conns[1])
-            if a is None or a != b:
+            try:
+                await self._move_if_together()
+            except Exception:  # a node going away meanwhile: the next check tries again
                 continue
+
+    async def _move_if_together(self) -> None:
+        a, b = _node(self.conns[0]), _node(self.conns[1])
+        if a is not None and a == b:
             for url in self.urls:
                 if url.split("://", 1)[-1] == a:
                     continue
