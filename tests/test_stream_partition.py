@@ -181,6 +181,7 @@ def test_the_live_path_scores_each_reading_once_in_order_whichever_path_brings_i
     live(messages[1])  # continues the line: scored, and message 2 after it
     assert feed.n_waiting == 0 and stats.live_readings == 20
     live(messages[1])  # a copy (the other listener's)
+    live(messages[1], f"{LINE}:1010:10")  # known for one by its id, without decoding it
     for i in (1, 2):  # the stored copies come: nothing more is scored
         out = stored(p, i)
         assert out.scored == 0 and not out.alerts

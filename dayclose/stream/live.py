@@ -118,9 +118,11 @@ class LiveFeed:
         return out
 
     async def on_message(self, msg: Any) -> None:
-        self.offer(msg.subject, msg.data)
+        self.offer(msg.subject, msg.data, (msg.headers or {}).get("Nats-Msg-Id"))
 
-    def offer(self, subject: str, payload: bytes) -> None:
+    def offer(self, subject: str, payload: bytes, msg_id: str | None = None) -> None:
+        if msg_id is not None and self._had(msg_id):
+            return  # a copy (the other listener's, or one sent again), known without decoding it
         received_ms = int(time.time() * 1000)
         out = self._score(subject, payload, received_ms)
         line = subject.rsplit(".", 1)[-1]
@@ -135,6 +137,16 @@ class LiveFeed:
             self.n_waiting += 1
         elif line in self.waiting:
             self.drain(line)
+
+    def _had(self, msg_id: str) -> bool:
+        """Whether a gateway's message id (`<line>:<first plc_seq>:<count>`) names readings its
+        line has all had; any other id says nothing."""
+        line, _, rest = msg_id.partition(":")
+        first, _, count = rest.partition(":")
+        consumed = self.processor.consumed.get(line)
+        if consumed is None or not (first.isdigit() and count.isdigit()):
+            return False
+        return int(first) + int(count) - 1 <= consumed
 
     def drain(self, only: str | None = None) -> None:
         """Score the waiting messages that now continue their lines (the stored path brought
