@@ -23,10 +23,12 @@ Each part runs against a private nats-server (K = 8 partitions, file storage):
    plants publish 20,000 readings/s (a spike every half second, so alerts open all along) to a
    monitor worker and the archiver in this process: first a node the gateways are not
    connected to (the telemetry stream's leader when it is one of those), then theirs, each
-   restarted 15 s later. p99 publish -> alert (arrival in the stream to scored with its alerts
-   stored) by phase (before, each loss's failover, degraded and rejoin, after), the Raft
+   restarted 15 s later. p99 publish -> alert (the gateway's first publish of a message to its
+   readings scored and its alerts paged, by whichever path came first: the live path, live.py,
+   or JetStream) by phase (before, each loss's failover, degraded and rejoin, after), the Raft
    elections' and the catch-ups' durations, and the landing against the simulator's truth:
-   readings lost, readings stored twice.
+   readings lost, readings stored twice. `--no-live-path`: the monitor scores only what
+   JetStream delivers (the design before decision 0006), for comparison.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from dayclose.stream.config import StreamSettings, settings
 from dayclose.stream.detectors import Reference
 from dayclose.stream.failover import retrying
 from dayclose.stream.gateway import Plants, Truth, build_scenario
+from dayclose.stream.monitor import Stats
 from dayclose.stream.partition import PartitionProcessor, progress, warm_up
 from dayclose.stream.server import NodeLoss, PrivateCluster, PrivateServer
 from dayclose.stream.session import past_night, run_session
@@ -477,13 +480,13 @@ def _landing_against_truth(landing: Path, truth: Truth) -> dict:
     }
 
 
-def cluster(workdir: Path, seconds: float, rate: int, down_s: float = 15.0) -> dict:
+def cluster(workdir: Path, seconds: float, rate: int, down_s: float = 15.0, live_path: bool = True) -> dict:
     offset, _day = past_night(seconds_before_2am=seconds + 5)
     folder = workdir / "cluster"
     before = os.environ.get("DAYCLOSE_DUCKDB")
     os.environ["DAYCLOSE_DUCKDB"] = str(folder / "warehouse.duckdb")  # the alerts sink's line_alerts
     try:
-        return _cluster(folder, offset, seconds, rate, down_s)
+        return _cluster(folder, offset, seconds, rate, down_s, live_path)
     finally:
         if before is None:
             os.environ.pop("DAYCLOSE_DUCKDB", None)
@@ -491,7 +494,7 @@ def cluster(workdir: Path, seconds: float, rate: int, down_s: float = 15.0) -> d
             os.environ["DAYCLOSE_DUCKDB"] = before
 
 
-def _cluster(folder: Path, offset: float, seconds: float, rate: int, down_s: float) -> dict:
+def _cluster(folder: Path, offset: float, seconds: float, rate: int, down_s: float, live_path: bool) -> dict:
     with PrivateCluster(settings(clock_offset_s=offset), store=folder / "nats") as nodes:
         s = settings(url=nodes.url, replicas=3, clock_offset_s=offset)
         asyncio.run(setup(s, LINES))
@@ -525,7 +528,7 @@ def _cluster(folder: Path, offset: float, seconds: float, rate: int, down_s: flo
                 await asyncio.sleep(0.2)
             raise RuntimeError("the monitor acknowledged nothing within 120 s")
 
-        async def kill_nodes(plants: Plants) -> None:
+        async def kill_nodes(plants: Plants, monitor: Stats) -> None:
             while plants.nc is None or plants.nc.connected_url is None:
                 await asyncio.sleep(0.05)
             js = plants.nc.jetstream()
@@ -538,19 +541,35 @@ def _cluster(folder: Path, offset: float, seconds: float, rate: int, down_s: flo
                 theirs = nodes.node_of(plants.nc.connected_url.geturl())
                 info = await retrying(lambda: js.stream_info(s.telemetry_stream))
                 leader = names.index(info.cluster.leader)
-                victim = theirs if whose == "gateways" else leader if leader != theirs else (theirs + 1) % 3
-                log(f"cluster: kill -9 {names[victim]} ({whose}; telemetry leader: {victim == leader})")
+                listened = {nodes.node_of(netloc) for netloc in monitor.live_nodes if netloc}
+                if whose == "gateways":
+                    victim = theirs
+                else:  # as the test: the telemetry leader, else a node the live path listens on
+                    others = [i for i in range(3) if i != theirs]
+                    victim = max(others, key=lambda i: (i == leader, i in listened))
+                log(
+                    f"cluster: kill -9 {names[victim]} ({whose}; telemetry leader: {victim == leader}; "
+                    f"live path listening there: {victim in listened})"
+                )
                 loss = await nodes.lose(victim, down_s)
                 log(
                     f"cluster: {loss.node} leaders back after {loss.leaders_back - loss.killed:.1f} s, "
                     f"caught up {loss.caught_up - loss.restarted:.1f} s after its restart"
                 )
-                losses.append((whose, victim == leader, loss))
+                losses.append((whose, victim == leader, victim in listened, loss))
                 at = loss.caught_up + 5.0
 
         log(f"cluster: {len(scenario.lines)} lines, {rate:,} readings/s for {seconds:.0f} s")
         session = asyncio.run(
-            run_session(s, scenario, folder / "sim", folder / "landing", "duckdb", alongside=kill_nodes)
+            run_session(
+                s,
+                scenario,
+                folder / "sim",
+                folder / "landing",
+                "duckdb",
+                alongside=kill_nodes,
+                live_path=live_path,
+            )
         )
         ended = session.started_wall + seconds
         deadline = time.monotonic() + 60  # nothing is published now: the copies converge
@@ -561,10 +580,10 @@ def _cluster(folder: Path, offset: float, seconds: float, rate: int, down_s: flo
         copies = [_copies(nodes, i) for i in range(3)]
         alerts = asyncio.run(_alerts(s))
     stats, truth = session.monitor, session.plants.truth
-    phases = {"before": (ready[0], losses[0][2].killed)}
-    for i, (_whose, _led, loss) in enumerate(losses, start=1):
+    phases = {"before": (ready[0], losses[0][3].killed)}
+    for i, (_whose, _led, _listened, loss) in enumerate(losses, start=1):
         phases.update({f"loss {i} {name}": span for name, span in loss.phases().items()})
-    phases["after"] = (losses[-1][2].caught_up, ended)
+    phases["after"] = (losses[-1][3].caught_up, ended)
     by_phase = {}
     for name, (since, until) in phases.items():
         lat = [
@@ -598,10 +617,11 @@ def _cluster(folder: Path, offset: float, seconds: float, rate: int, down_s: flo
                 "node": loss.node,
                 "whose": whose,
                 "telemetry_leader": led,
+                "live_path_listened_there": listened,
                 "leaders_back_s": round(loss.leaders_back - loss.killed, 2),
                 "catch_up_s": round(loss.caught_up - loss.restarted, 2),
             }
-            for whose, led, loss in losses
+            for whose, led, listened, loss in losses
         ],
         "phases": by_phase,
         "published": {
@@ -609,11 +629,16 @@ def _cluster(folder: Path, offset: float, seconds: float, rate: int, down_s: flo
             "readings": truth.readings,
             "resent_after_a_loss": truth.resent,
             "duplicates_acknowledged": truth.duplicates_acked,
+            "live_copies": truth.live_copies,
+            "live_copies_resent_after_a_reconnect": truth.live_resent,
         },
         "monitor": {
             "readings_scored": stats.readings,
             "alerts": stats.alerts,
             "consumers_realigned": stats.realigned,
+            "live_path": live_path,
+            "readings_scored_first_from_the_live_path": stats.live_readings,
+            "live_listener_moves": stats.live_moves,
         },
         "archiver": {"consumer_resets": session.archive.realigned if session.archive else None},
         "landing": _landing_against_truth(folder / "landing", truth),
@@ -643,6 +668,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smaller volumes: a smoke run")
     parser.add_argument(
         "--parts", nargs="+", choices=PARTS, default=list(PARTS), help="the parts to run (default all)"
+    )
+    parser.add_argument(
+        "--no-live-path",
+        action="store_true",
+        help="cluster: the monitor scores only what JetStream delivers (the design before live.py)",
     )
     args = parser.parse_args(argv)
     q = args.quick
@@ -678,7 +708,9 @@ def main(argv: list[str] | None = None) -> int:
             out["archiver"] = archiver(work, 300_000 if q else 3_000_000)
         if "cluster" in args.parts:
             log("6. a 3-node cluster loses a node twice while plants publish")
-            out["cluster"] = cluster(work, 60 if q else 90, 5_000 if q else 20_000)
+            out["cluster"] = cluster(
+                work, 60 if q else 90, 5_000 if q else 20_000, live_path=not args.no_live_path
+            )
     path = RESULTS / f"stream-{time.strftime('%Y%m%dT%H%M%S')}.json"
     path.write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps(out, indent=1))

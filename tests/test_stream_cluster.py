@@ -1,17 +1,22 @@
 """A 3-node JetStream cluster loses a node twice (kill -9) while plants publish: first a node the
-gateways are not connected to (the telemetry stream's leader when it is one of those), then the
-node they are connected to. Nothing is lost, nothing is stored twice, alerts keep flowing, and
-each node rejoins and catches up.
+gateways are not connected to (the telemetry stream's leader when it is one of those, else one
+the monitor's live path listens on), then the node they are connected to. Nothing is lost,
+nothing is stored twice, every reading is scored once, alerts keep flowing, p99 publish ->
+alert stays under 2 s in every phase, and each node rejoins and catches up.
 
 Each loss has three phases, measured separately (wall clock):
 
 - failover: from the kill until every stream and consumer has a leader again. nats-server's
   Raft lets a follower campaign only after 4 to 9 s without its leader's heartbeat (fixed in
-  the server), so a message stored in this phase can wait up to that long for a consumer whose
-  leader died, and a publish to a stream whose leader died is refused for as long (the gateway
-  re-sends it: it is stored then, once);
+  the server): a consumer whose leader died delivers nothing meanwhile, and a stream whose
+  leader died stores nothing (the gateways re-send what it refused: it is stored then, once).
+  Alerts come from the live path meanwhile (the gateways' core NATS copies, live.py), which
+  no election holds up;
 - degraded: two nodes of three carry on until the lost one is back;
 - rejoin: from the restart until the node reports every replica it holds current.
+
+Publish -> alert is from the gateway's first publish of a message (its sent_ms) to its readings
+scored and its alerts paged, by whichever path came first.
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ BETWEEN_S = 3.0  # from the first node caught up to the second kill
 AFTER_S = 5.0  # at least this much publishing after the second node caught up
 ELECTION_S = 30.0  # deadline for the leaders to be back: an election or two
 CATCH_UP_S = 60.0
-BUDGET_MS = 2000.0  # p99 publish -> alert outside a failover
+BUDGET_MS = 2000.0  # p99 publish -> alert, in every phase (issue 40)
 SENSORS = ("fill_level_ml", "capper_torque_nm", "temperature_c")
 
 
@@ -54,6 +59,7 @@ SENSORS = ("fill_level_ml", "capper_torque_nm", "temperature_c")
 class Loss:
     whose: str  # "other": a node the gateways were not connected to; "gateways": theirs
     led_telemetry: bool  # it was the telemetry stream's leader when killed
+    listened: bool  # the monitor's live path listened on it when it was killed
     times: NodeLoss
 
 
@@ -141,7 +147,7 @@ def outage(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
                 await asyncio.sleep(0.2)
             raise AssertionError("the monitor acknowledged nothing within 60 s")
 
-        async def kill_nodes(plants: Plants) -> None:
+        async def kill_nodes(plants: Plants, monitor: Stats) -> None:
             await gateways_node(plants)
             ready.append(await monitor_ready(plants))
             at = ready[0] + BEFORE_S
@@ -151,12 +157,15 @@ def outage(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
                 js = plants.nc.jetstream()
                 info = await retrying(lambda js=js: js.stream_info(s.telemetry_stream))
                 leader = names.index(info.cluster.leader)
+                listened = {cluster.node_of(netloc) for netloc in monitor.live_nodes if netloc}
                 if whose == "gateways":
                     victim = theirs
-                else:  # losing a leader is the harder case: take it when the gateways are elsewhere
-                    victim = leader if leader != theirs else next(i for i in range(3) if i != theirs)
+                else:  # the telemetry stream's leader when the gateways are elsewhere (the harder
+                    # case for the stored path), else a node the live path listens on (for it)
+                    others = [i for i in range(3) if i != theirs]
+                    victim = max(others, key=lambda i: (i == leader, i in listened))
                 times = await cluster.lose(victim, DOWN_S, ELECTION_S, CATCH_UP_S)
-                losses.append(Loss(whose, victim == leader, times))
+                losses.append(Loss(whose, victim == leader, victim in listened, times))
                 at = times.caught_up + BETWEEN_S
 
         session = asyncio.run(
@@ -221,8 +230,10 @@ def paged_in(outage: dict, since: float, until: float) -> list[dict]:
 def test_a_node_apart_from_the_gateways_then_theirs_was_lost_and_each_caught_up(outage: dict) -> None:
     losses = outage["losses"]
     assert [loss.whose for loss in losses] == ["other", "gateways"]
-    # whichever node the gateways were on, the telemetry stream lost its leader once at least
+    # whichever node the gateways were on, the telemetry stream lost its leader once at least,
+    # and the live path one of the two nodes it listens on
     assert any(loss.led_telemetry for loss in losses)
+    assert any(loss.listened for loss in losses)
     for loss in losses:
         t = loss.times
         assert t.killed < t.leaders_back < t.restarted < t.caught_up
@@ -272,9 +283,17 @@ def test_every_reading_was_stored_once_and_landed_once_after_dedup(outage: dict)
     assert good == truth["good"]
 
 
-def test_the_monitor_scored_every_reading_and_alerts_kept_flowing(outage: dict) -> None:
+def test_the_monitor_scored_every_reading_once_and_alerts_kept_flowing(outage: dict) -> None:
     stats, truth = outage["session"].monitor, outage["truth"]
+    # once: the readings scored on either path add up to the readings published
     assert stats.readings == truth["run"]["readings"]
+    assert 0 < stats.live_readings < stats.readings  # (the backlog and each line's first: stored path)
+    # no alert raised twice: every alert event the monitor published is a distinct stored one
+    assert (
+        stats.alerts == len({(a["alert_id"], a["event"]) for a in outage["alerts"]}) == len(outage["alerts"])
+    )
+    # the gateways' copies lost with their node were sent again once they reconnected
+    assert truth["run"]["live_resent"] > 0
     spans = {name: span for name, span in phases(outage).items() if "loss" not in name}
     for i, loss in enumerate(outage["losses"], start=1):
         spans[f"loss {i}"] = (loss.times.killed, loss.times.restarted)
@@ -284,7 +303,7 @@ def test_the_monitor_scored_every_reading_and_alerts_kept_flowing(outage: dict) 
         assert paged_in(outage, since, until), f"no alert paged during {name}"
 
 
-def test_publish_to_alert_p99_within_2_s_but_in_a_failover_bounded_by_its_election(outage: dict) -> None:
+def test_publish_to_alert_p99_within_2_s_in_every_phase_failovers_included(outage: dict) -> None:
     stats = outage["session"].monitor
     figures = {}
     for name, (since, until) in phases(outage).items():
@@ -297,11 +316,10 @@ def test_publish_to_alert_p99_within_2_s_but_in_a_failover_bounded_by_its_electi
             "alerts": len(alerts),
             "alerts_max_ms": round(max(alerts)) if alerts else None,
         }
-    print(json.dumps(figures, indent=1))  # the figures of docs/streaming.md (pytest -s)
+    losses = [
+        {"whose": loss.whose, "led_telemetry": loss.led_telemetry, "listened": loss.listened}
+        for loss in outage["losses"]
+    ]
+    print(json.dumps({"losses": losses, "phases": figures}, indent=1))  # docs/streaming.md (pytest -s)
     for name, f in figures.items():
-        if "failover" in name:
-            # a message stored while its consumer's leader was being elected waits for it
-            # (or nothing was stored: the telemetry stream's own leader was being elected)
-            assert f["p99_ms"] is None or f["p99_ms"] < (f["seconds"] + 2) * 1000, (name, f)
-        else:
-            assert f["messages"] and f["p99_ms"] < BUDGET_MS, (name, f)
+        assert f["messages"] and f["p99_ms"] < BUDGET_MS, (name, f)

@@ -1,14 +1,19 @@
-"""A partition's scoring without NATS: garbage, copies, redelivery, lanes, checkpoints."""
+"""A partition's scoring without NATS: garbage, copies, redelivery, lanes, checkpoints, and the
+live path beside the stored one."""
 
 from __future__ import annotations
 
 import json
+import time
 import zlib
+from functools import partial
 
 import numpy as np
 
-from dayclose.stream.config import settings
+from dayclose.stream.config import LIVE_LANE, settings
 from dayclose.stream.detectors import Reference
+from dayclose.stream.live import LiveFeed
+from dayclose.stream.monitor import Stats
 from dayclose.stream.partition import PartitionProcessor
 from dayclose.stream.wire import encode_binary, encode_jsonl
 
@@ -139,3 +144,60 @@ def test_a_restart_from_a_checkpoint_gives_the_same_alerts() -> None:
     restarted = processor()
     restarted.restore(first.snapshot())
     assert before + alert_ids(restarted, 17) == whole
+
+
+def test_the_live_path_scores_each_reading_once_in_order_whichever_path_brings_it() -> None:
+    """A line's messages come on the live path (core NATS copies) and on the stored one in any
+    order: a message ahead of one not yet seen waits for it, what one path scored the other
+    takes for a copy, and state and alerts equal those of the stored path alone."""
+    t0 = int(time.time() * 1000) - 5_000  # now: the live path's arrival is its own clock
+    messages = []
+    for i in range(6):
+        seq, event, verdict, sensors = readings(1_000 + 10 * i, 10, t0=t0 + 100 * i)
+        if i in (2, 5):
+            sensors[0, 3] = 9999.9  # a spike: alerts open
+        messages.append(encode_binary(LINE, SKU, seq, event, verdict, sensors, sent_ms=t0 + 100 * i + 99))
+
+    def state(p: PartitionProcessor) -> dict:  # (but an alert's latency: from its own path)
+        lanes = json.loads(zlib.decompress(p.snapshot()))["lanes"]
+        for lane in lanes.values():
+            for record in lane["open"].values():
+                record.pop("latency_ms")
+        return lanes
+
+    def stored(p: PartitionProcessor, i: int):
+        return p.process(subject(), messages[i], i + 1, t0 + 100 * i + 150)
+
+    alone = processor()
+    expected = [a["alert_id"] + a["event"] for i in range(6) for a in stored(alone, i).alerts]
+    assert expected
+
+    p, stats = processor(), Stats()
+    feed = LiveFeed(p, stats)
+    got = [a["alert_id"] + a["event"] for a in stored(p, 0).alerts]  # a line's first: stored path
+    live = partial(feed.offer, subject(LIVE_LANE))
+    live(messages[2])  # ahead of message 1: waits
+    assert feed.n_waiting == 1 and stats.live_readings == 0
+    live(messages[1])  # continues the line: scored, and message 2 after it
+    assert feed.n_waiting == 0 and stats.live_readings == 20
+    live(messages[1])  # a copy (the other listener's)
+    live(messages[1], f"{LINE}:1010:10")  # known for one by its id, without decoding it
+    for i in (1, 2):  # the stored copies come: nothing more is scored
+        out = stored(p, i)
+        assert out.scored == 0 and not out.alerts
+    live(messages[4])  # ahead of message 3, which the stored path brings first
+    out = stored(p, 3)
+    assert out.scored == 10
+    got += [a["alert_id"] + a["event"] for a in out.alerts]
+    feed.drain()
+    live(messages[5])
+    assert stored(p, 4).scored == 0 and stored(p, 5).scored == 0
+    got += [a["alert_id"] + a["event"] for o in feed.take() for a in o.alerts]
+    assert sorted(got) == sorted(expected)
+    assert stats.live_readings == 40 and feed.dropped == 0
+    assert state(p) == state(alone)  # the same detector state, the same open alerts
+    # a checkpoint keeps what either path had: after a restart, stored copies are copies
+    again = processor()
+    again.restore(p.snapshot())
+    assert again.consumed == {LINE: 1_059}
+    assert again.process(subject(), messages[5], 7, t0 + 1000).scored == 0

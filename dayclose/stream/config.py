@@ -26,6 +26,7 @@ from dayclose.errors import DaycloseError
 NATS_URL_DEFAULT = "nats://127.0.0.1:4222"
 PARTITIONS_DEFAULT = 8
 LANES = ("live", "backfill")
+LIVE_LANE = "now"  # the gateways' core NATS copies of live messages (live.py): mapped, never stored
 
 # Retention (seconds). Telemetry is kept three days: a plant offline for a weekend's
 # night plus a slow archiver still finds its readings; the monitor only needs minutes.
@@ -105,6 +106,10 @@ class StreamSettings:
         if partition is None:
             return f"{self.prefix}.tele.{lane}.>"
         return f"{self.prefix}.tele.{lane}.{partition}.>"
+
+    def live_filter(self, partition: int) -> str:
+        """The live path's core NATS copies of a partition (no stream stores the lane `now`)."""
+        return f"{self.prefix}.tele.{LIVE_LANE}.{partition}.>"
 
     def alert_subject(self, historical: bool, plant_id: str, line_id: str | None) -> str:
         return f"{self.prefix}.alerts.{'historical' if historical else 'live'}.{plant_id}.{line_id or '-'}"

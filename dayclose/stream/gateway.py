@@ -46,9 +46,10 @@ import numpy as np
 from dayclose.errors import DaycloseError
 from dayclose.generate.units import PLC_DAY, PLC_EPOCH, read_reference
 from dayclose.generate.writer import iso_ms, write_csv
-from dayclose.stream.config import StreamSettings
+from dayclose.stream.config import LIVE_LANE, StreamSettings
 from dayclose.stream.detectors import Reference
 from dayclose.stream.failover import Publisher
+from dayclose.stream.live import LiveSender
 from dayclose.stream.streams import connect
 from dayclose.stream.wire import encode
 
@@ -209,6 +210,8 @@ class Truth:
     duplicates_acked: int = 0
     garbage_messages: int = 0
     resent: int = 0  # publishes sent again after a refusal or no acknowledgement (a node lost)
+    live_copies: int = 0  # core NATS copies of live messages (live.py)
+    live_resent: int = 0  # copies sent again after the connection moved to another node
 
 
 class Plants:
@@ -224,6 +227,9 @@ class Plants:
         self.first_out_of_spec: dict | None = None
         self.offset_ms = int(settings.clock_offset_s * 1000)
         self.publisher: Publisher | None = None
+        self.live: LiveSender | None = None  # the core NATS copies of live messages
+        self._queue: asyncio.Queue = asyncio.Queue()  # JetStream publishes, for _publish_queued
+        self._js_task: asyncio.Task | None = None
         self.nc = None  # the gateways' connection while they run (which node it is on: cluster tests)
         self._done_injections: set[int] = set()
         self._garbage = [*scenario.copies, ("burst", scenario.burst_line, scenario.burst_at)]
@@ -308,22 +314,55 @@ class Plants:
                 }
 
     # -- publishing ------------------------------------------------------------------------
-    async def _publish(self, js, subject: str, payload: bytes, msg_id: str) -> None:
+    async def _publish(self, js, subject: str, payload: bytes, msg_id: str, lane: str) -> None:
         """Every message has a Nats-Msg-Id, garbage included: one that has to be sent again (a
-        node lost before it acknowledged) is stored once."""
+        node lost before it acknowledged) is stored once. A live message also goes at once as
+        a core NATS copy on the lane `now` (live.py), which nothing holds up; its JetStream
+        publish is queued for the publishing task, so that a stream electing its leader (the
+        Publisher then holds everything new until what it swallowed is stored) does not stop
+        the copies. Backfill waits while MAX_PENDING messages are queued; live never waits."""
+        headers = {"Nats-Msg-Id": msg_id}
+        if lane == "live":
+            if self.live is None:
+                self.live = LiveSender(self.nc)
+            plant_id, line_id = subject.rsplit(".", 2)[1:]
+            copy = self.settings.ingress_subject(LIVE_LANE, plant_id, line_id)
+            await self.live.send(copy, payload, headers)
         if self.publisher is None or self.publisher.js is not js:
             # one per connection: the live loop and the replay share it
             self.publisher = Publisher(js, self.nc)
-        await self.publisher.publish(subject, payload, {"Nats-Msg-Id": msg_id})
+            self._js_task = asyncio.create_task(self._publish_queued(self.publisher))
+        self._queue.put_nowait((subject, payload, headers))
         self.truth.messages += 1
-        if len(self.publisher) >= MAX_PENDING:
-            await self._settle()
+        while lane != "live" and self._queue.qsize() >= MAX_PENDING and not self._js_task.done():
+            await asyncio.sleep(0.005)
+
+    async def _publish_queued(self, publisher: Publisher) -> None:
+        """Publish to JetStream what `_publish` queued, in order; settle every MAX_PENDING."""
+        while True:
+            subject, payload, headers = await self._queue.get()
+            try:
+                await publisher.publish(subject, payload, headers)
+                if len(publisher) >= MAX_PENDING:
+                    await publisher.settle()
+            finally:
+                self._queue.task_done()
 
     async def _settle(self) -> None:
+        """Return when everything queued is stored (or raise why it could not be)."""
         if self.publisher is not None:
+            task = self._js_task
+            joined = asyncio.create_task(self._queue.join())
+            await asyncio.wait([joined, task], return_when=asyncio.FIRST_COMPLETED)
+            if task.done():
+                joined.cancel()
+                task.result()  # raises what stopped it
             await self.publisher.settle()
             self.truth.duplicates_acked = self.publisher.duplicates
             self.truth.resent = self.publisher.resent
+        if self.live is not None:
+            self.truth.live_copies = self.live.sent
+            self.truth.live_resent = self.live.resent
 
     async def send(self, js, chunk: Chunk, lane: str) -> None:
         line = chunk.line
@@ -333,7 +372,7 @@ class Plants:
         )
         subject = self.settings.ingress_subject(lane, line.plant_id, line.line_id)
         msg_id = f"{line.line_id}:{int(seq[0])}:{len(seq)}"
-        await self._publish(js, subject, payload, msg_id)
+        await self._publish(js, subject, payload, msg_id, lane)
         had_first = self.first_out_of_spec is not None
         self._count(chunk, lane, seq, event, verdict, sensors)
         if not had_first and self.first_out_of_spec is not None:
@@ -342,14 +381,14 @@ class Plants:
             return
         if self._retries and chunk.due_ms >= self._retries[0]:  # an acknowledgement lost: sent again
             self._retries.pop(0)
-            await self._publish(js, subject, payload, msg_id)
+            await self._publish(js, subject, payload, msg_id, lane)
             self._note("retry", line, chunk, f"message {msg_id} published twice")
         for k, (kind, target, share) in enumerate(self._garbage):
             if k not in self._done_injections and target is line and chunk.due_ms >= self.sc.at(share):
                 self._done_injections.add(k)
                 bodies = self._garbage_bodies(kind, k, line, seq, event, verdict, sensors)
                 for j, body in enumerate(bodies):
-                    await self._publish(js, subject, body, f"garbage:{kind}:{k}:{j}")
+                    await self._publish(js, subject, body, f"garbage:{kind}:{k}:{j}", lane)
                 self.truth.garbage_messages += len(bodies)
                 self._note(kind, line, chunk, f"{len(bodies)} message(s)")
 
@@ -461,6 +500,8 @@ class Plants:
             )
             return self.truth
         finally:
+            if self._js_task is not None:
+                self._js_task.cancel()
             await nc.close()
 
     def _push(self, heap: list, line: LinePlan, w: int) -> None:
@@ -534,6 +575,8 @@ class Plants:
             "garbage_messages": truth.garbage_messages,
             "duplicates_acked": truth.duplicates_acked,
             "resent": truth.resent,
+            "live_copies": truth.live_copies,
+            "live_resent": truth.live_resent,
         }
         (folder / "stream_run.json").write_text(json.dumps(summary, indent=1) + "\n")
         return folder

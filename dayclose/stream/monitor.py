@@ -15,7 +15,9 @@ rate watcher (dlrate.py) and the alerts sink that writes `line_alerts` (alerts.p
 On a cluster that loses a node a worker rides it out without restarting: its connection
 moves to another node, JetStream calls that fail while a leader is elected are retried, alerts
 and dead letters are re-sent until stored (failover.py), and a delivery lost in flight makes
-the unit bring its consumer in line with its checkpoint again (consumers.Continuity).
+the unit bring its consumer in line with its checkpoint again (consumers.Continuity). Alerts do
+not wait for any of it: each live unit also scores the gateways' core NATS copies as they come
+(live.py), whichever path brings a reading first, once.
 
 `--workers N` starts N worker processes on this machine; `--worker I --of N` runs one (to
 spread workers over machines). Stop with SIGTERM or Ctrl-C: a worker finishes its batch,
@@ -47,6 +49,7 @@ from dayclose.stream.consumers import Continuity, Puller, ack_all, align, positi
 from dayclose.stream.detectors import Reference, Thresholds
 from dayclose.stream.dlrate import DeadLetterRate
 from dayclose.stream.failover import Publisher, retrying, transient
+from dayclose.stream.live import LiveFeed, LiveListeners
 from dayclose.stream.partition import DeadLetter, Outputs, PartitionProcessor, warm_up
 from dayclose.stream.streams import connect
 
@@ -65,8 +68,11 @@ class Stats:
     alerts: int = 0
     dead_letters: int = 0
     latency_at: array = field(default_factory=lambda: array("d"))  # wall clock of each live message scored
-    latency_ms: array = field(default_factory=lambda: array("f"))  # its stored -> scored latency
+    latency_ms: array = field(default_factory=lambda: array("f"))  # its published -> scored (paged) latency
     backfill_readings: int = 0
+    live_readings: int = 0  # of `readings`, scored first from the live path (live.py)
+    live_nodes: list[str | None] = field(default_factory=list)  # where the live path listens now
+    live_moves: int = 0  # a live listener moved off the node the other was on
     realigned: int = 0  # consumers brought in line again after a delivery lost in flight (a node lost)
     backfill_span: list[float] = field(default_factory=list)  # wall clock of the first and last backfill
     busy_cpu: list[float] = field(
@@ -94,6 +100,7 @@ class Stats:
             "alerts": self.alerts,
             "dead_letters": self.dead_letters,
             "realigned": self.realigned,
+            "live_readings": self.live_readings,
             "cpu_s": round(cpu_s, 3),
             "wall_s": round(wall_s, 3),
             "busy_cpu_s": round(self.busy_cpu[1] - self.busy_cpu[0], 3) if len(self.busy_cpu) == 2 else None,
@@ -122,6 +129,8 @@ class Unit:
         self.sub = None
         self.last_message = time.monotonic()
         self.continuity = Continuity()
+        self.feed: LiveFeed | None = None  # the live path of a live unit (run_worker sets it)
+        self.partition: int | None = None
 
     async def open(self, nc, js, kv, from_new: bool = False) -> str:
         """Restore the checkpoint and align the consumer with it. Without a checkpoint the unit
@@ -152,6 +161,7 @@ class Unit:
     async def run(self, nc, js, kv, stop: asyncio.Event, stats: Stats, live: bool, page=None) -> None:
         unacked: list = []
         checkpointed = time.monotonic()
+        live_scored = False  # the live path scored since the last checkpoint
         while True:
             stopping = stop.is_set()
             msgs = []
@@ -167,33 +177,41 @@ class Unit:
             if msgs and not stats.busy_cpu:
                 stats.busy_cpu.append(time.process_time())
             positions = [position(m) for m in msgs]
-            fresh, last = [], self.processor.last_seq  # a redelivery of what was scored is no latency
-            for seq, stored in positions:
-                if seq > last:
-                    fresh.append(stored)
-                    last = seq
             outs = [self._process(m, seq, stored) for m, (seq, stored) in zip(msgs, positions, strict=True)]
             tick = getattr(self.processor, "tick", None)
             if tick is not None:
                 outs.append(tick())
-            await publish_outputs(js, self.settings, outs, stats, page)
             if msgs:
                 self.last_message = time.monotonic()
                 stats.messages += len(msgs)
                 scored = sum(o.scored for o in outs)
                 stats.readings += scored
                 now = time.time()
-                if live:
-                    stats.latency_ms.extend(now * 1000 - stored for stored in fresh)
-                    stats.latency_at.extend([now] * len(fresh))
+                if live:  # what the live path had scored first is no latency here
+                    first = [o.published_ms for o in outs if o.scored and o.published_ms is not None]
+                    stats.latency_ms.extend(now * 1000 - ms for ms in first)
+                    stats.latency_at.extend([now] * len(first))
                 elif self.stream == self.settings.telemetry_stream:
                     stats.backfill_readings += scored
                     stats.backfill_span[:] = [stats.backfill_span[0] if stats.backfill_span else now, now]
+            if self.feed is not None:
+                self.feed.drain()  # live messages that waited for what the stored path just brought
+                if self.feed.outbox:
+                    self.last_message = time.monotonic()
+                    live_scored = True
             unacked.extend(msgs)
-            if unacked and (
+            due = (unacked or live_scored) and (
                 not msgs or stopping or broken or time.monotonic() - checkpointed >= CHECKPOINT_EVERY_S
-            ):
-                await retrying(partial(kv.put, self.key, self.processor.snapshot()))
+            )
+            # the snapshot is taken before the live path's outputs so far are stored, and written
+            # after: a checkpoint never holds a scoring whose alerts might not be stored
+            snapshot = self.processor.snapshot() if due else None
+            if self.feed is not None:
+                outs.extend(self.feed.take())
+            await publish_outputs(js, self.settings, outs, stats, page)
+            if snapshot is not None:
+                await retrying(partial(kv.put, self.key, snapshot))
+                live_scored = False
                 await ack_all(unacked)
                 unacked.clear()
                 checkpointed = time.monotonic()
@@ -224,7 +242,7 @@ async def publish_outputs(js, settings: StreamSettings, outs: list[Outputs], sta
     publisher = Publisher(js)
     for out in outs:
         for alert in out.alerts:
-            if page is not None and alert["paged"] and alert["event"] == "open":
+            if page is not None and alert["paged"] and alert["event"] == "open" and not out.paged:
                 page(alert_line(alert))
             subject = settings.alert_subject(not alert["paged"], alert["plant_id"], alert["line_id"])
             headers = {"Nats-Msg-Id": f"{alert['alert_id']}/{alert['event']}"}
@@ -284,6 +302,7 @@ def units_for(
                 PartitionProcessor(settings, reference, th),
                 FETCH_LIVE if lane == "live" else FETCH_BACKFILL,
             )
+            unit.partition = k
             units.append((unit, lane == "live"))
     if worker == 0:
         rate = DeadLetterRate(settings)
@@ -314,14 +333,17 @@ async def run_worker(
     log=None,
     stats: Stats | None = None,
     from_new: bool = False,
+    live_path: bool = True,
 ) -> Stats:
     """One monitor worker until `stop` is set (or nothing arrived for `idle_exit` seconds);
-    `stats` (filled as it goes) lets a caller watch it."""
+    `stats` (filled as it goes) lets a caller watch it. Without live_path, it scores only what
+    JetStream delivers (the design before live.py: the benchmark compares the two)."""
     stop = stop or asyncio.Event()
     reference = Reference.from_seeds()
     warm_up()
     nc = await connect(settings, f"dayclose-monitor-{worker}")
     stats = stats if stats is not None else Stats()
+    listeners = None
     try:
         js = nc.jetstream()
         try:
@@ -335,6 +357,12 @@ async def run_worker(
         if log:
             parts = ", ".join(f"{a} {actions.count(a)}" for a in sorted(set(actions)))
             log(f"worker {worker}/{workers}: {len(units)} consumers ({parts})")
+        feeds = {}
+        for unit, live in units:
+            if live and live_path:
+                unit.feed = feeds[unit.partition] = LiveFeed(unit.processor, stats, log)
+        if feeds:
+            listeners = await LiveListeners(settings, feeds, f"dayclose-monitor-{worker}", stats).start()
         tasks = [asyncio.create_task(unit.run(nc, js, kv, stop, stats, live, log)) for unit, live in units]
         if worker == 0 and sink:
             tasks.append(asyncio.create_task(sink_alerts(js, settings, target_name, stop)))
@@ -348,6 +376,8 @@ async def run_worker(
                 raise task.exception()
         return stats
     finally:
+        if listeners is not None:
+            await listeners.stop()
         await nc.close()
 
 

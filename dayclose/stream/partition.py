@@ -11,13 +11,22 @@ For each message of a partition (one lane of it: live or backfill), in stream or
    are more than the allowed lateness behind their line's event-time watermark or reached the
    server more than a minute after they were taken, else to `live` (which moves the watermark);
 5. within a lane, a reading whose plc_seq is not above the highest already scored is a copy
-   (a producer retry, a replay sent twice): skipped, so nothing is scored twice;
+   (a producer retry, a replay sent twice): skipped, so nothing is scored twice; a live
+   reading at or below the highest its line has had on either path (`consumed`) too;
 6. the detectors score the rest (detectors.score) and every alarm that opens or closes becomes
    an alert record; only `live` alerts are paged, the others are historical.
 
 The whole state (lanes, open alerts, last stream sequence, counters) is a snapshot the
 monitor checkpoints before it acknowledges: after a crash the same messages give the same
 alerts with the same ids.
+
+`process_live` scores a message of the live path (live.py: the gateway's core NATS copy, which
+no Raft election holds up) by the same steps but the dead letters (left to the stored copy,
+which has a stream sequence to name them by), and only when it continues its line: its first
+plc_seq at most one above the highest the line has had (`consumed`, per line, moved by both
+paths). Otherwise it returns None and the message waits (live.LiveFeed), so a reading seen live
+never makes an older one not yet seen be taken for a copy: a line is scored in plc_seq order
+whichever path brings each message.
 """
 
 from __future__ import annotations
@@ -55,6 +64,8 @@ class Outputs:
     dead: list[DeadLetter] = field(default_factory=list)
     scored: int = 0
     skipped: bool = False
+    paged: bool = False  # its paged alerts were already paged (the live path pages at once)
+    published_ms: int | None = None  # when the gateway sent it (its sent_ms), else when it arrived
 
 
 def warm_up() -> None:
@@ -81,6 +92,7 @@ class PartitionProcessor:
         self.offset_ms = int(settings.clock_offset_s * 1000)
         self.lanes: dict[str, LaneState] = {}  # "<line>|<lane>" -> state
         self.last_seq = 0
+        self.consumed: dict[str, int] = {}  # line -> highest plc_seq of its live subject, either path
         self.counters = {"messages": 0, "readings": 0, "scored": 0, "dead_letters": 0, "copies": 0, "late": 0}
 
     # -- checkpoint ---------------------------------------------------------------------
@@ -88,6 +100,7 @@ class PartitionProcessor:
         doc = {
             "version": SNAPSHOT_VERSION,
             "last_seq": self.last_seq,
+            "consumed": self.consumed,
             "counters": self.counters,
             "lanes": {k: s.to_dict() for k, s in self.lanes.items()},
         }
@@ -100,6 +113,12 @@ class PartitionProcessor:
         self.last_seq = int(doc["last_seq"])
         self.counters = doc["counters"]
         self.lanes = {k: LaneState.from_dict(v) for k, v in doc["lanes"].items()}
+        self.consumed = {k: int(v) for k, v in doc.get("consumed", {}).items()}
+        if "consumed" not in doc:  # a checkpoint from before the live path: the lanes say it
+            for key, state in self.lanes.items():
+                line, _, lane = key.partition("|")
+                if lane in ("live", "late") and state.hwm >= 0:
+                    self.consumed[line] = max(self.consumed.get(line, -1), state.hwm)
 
     def lane(self, line_id: str, lane: str) -> LaneState:
         key = f"{line_id}|{lane}"
@@ -151,9 +170,63 @@ class PartitionProcessor:
 
         valid = self._dead_readings(batch, arrival_ms, dead)
         self.counters["dead_letters"] += n - int(valid.sum())
+        out.published_ms = batch.sent_ms - self.offset_ms if batch.sent_ms else stored_ms
         if lane_kind == "backfill":
             out.scored += self._score(batch, valid, "backfill", spec, plant_id, stored_ms, out)
             return out
+        self._live(batch, valid, arrival_ms, spec, plant_id, stored_ms, out)
+        return out
+
+    def process_live(self, subject: str, payload: bytes, received_ms: int) -> Outputs | None:
+        """Score one message of the live path (the gateway's core NATS copy, received_ms: when it
+        got here, the machine's clock), or None when it does not continue its line yet (a
+        message before it not seen on either path)."""
+        out = Outputs(paged=True, published_ms=received_ms)
+        _lane, _k, plant_id, line_id = self.settings.parse_stored(subject)
+        try:
+            batch = decode(payload)
+        except WireError:
+            out.skipped = True  # the stored copy dead-letters it
+            return out
+        spec = self.reference.specs.get(batch.sku)
+        known_plant = self.reference.plant_of_line.get(batch.line_id)
+        if spec is None or known_plant != plant_id or batch.line_id != line_id or not len(batch):
+            out.skipped = True
+            return out
+        consumed = self.consumed.get(line_id)
+        lo, hi = int(batch.seq.min()), int(batch.seq.max())
+        if consumed is not None and hi <= consumed:
+            out.skipped = True  # a copy: scored already, on this path or the other
+            return out
+        if consumed is None or lo > consumed + 1:
+            return None  # readings before it not seen yet (a line's first message: the stored path)
+        if batch.sent_ms:
+            out.published_ms = batch.sent_ms - self.offset_ms
+        valid = self._dead_readings(batch, received_ms + self.offset_ms, lambda *_a: None)
+        self._live(batch, valid, received_ms + self.offset_ms, spec, plant_id, out.published_ms, out)
+        return out
+
+    def _live(
+        self,
+        batch: Readings,
+        valid: np.ndarray,
+        arrival_ms: int,
+        spec,
+        plant_id: str,
+        stored_ms: int,
+        out: Outputs,
+    ) -> None:
+        """Route a live message's valid readings not yet had on either path to `late` or `live`
+        and score them; its line has had it all after this."""
+        line_id = batch.line_id
+        consumed = self.consumed.get(line_id, -1)
+        seq = batch.seq
+        prior = np.maximum.accumulate(np.concatenate(([consumed], seq)))[:-1]
+        fresh = seq > prior
+        if not fresh.all():
+            self.counters["copies"] += int((valid & ~fresh).sum())
+            valid = valid & fresh
+        self.consumed[line_id] = max(consumed, int(seq.max()))
         live_state = self.lane(line_id, "live")
         late = (batch.event_ms < live_state.watermark_ms - self.th.allowed_lateness_ms) | (
             arrival_ms - batch.event_ms > self.th.max_live_delay_ms
@@ -166,7 +239,6 @@ class PartitionProcessor:
         if on_time.any():
             live_state.watermark_ms = max(live_state.watermark_ms, int(batch.event_ms[on_time].max()))
             out.scored += self._score(batch, on_time, "live", spec, plant_id, stored_ms, out)
-        return out
 
     def _dead_readings(self, batch: Readings, arrival_ms: int, dead) -> np.ndarray:
         """Mark readings that cannot be scored, dead-letter each with its reason; the valid mask."""

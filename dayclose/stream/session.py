@@ -49,12 +49,14 @@ async def run_session(
     monitor: bool = True,
     idle_s: float = 2.0,
     log=None,
-    alongside: Callable[[Plants], Awaitable[None]] | None = None,
+    alongside: Callable[[Plants, Stats], Awaitable[None]] | None = None,
+    live_path: bool = True,
 ) -> Session:
     """Publish the scenario while monitoring and archiving it; return when all is consumed.
 
-    `alongside(plants)` runs beside the plants from their start (a test killing cluster nodes);
-    the consumers are not stopped before it has returned."""
+    `alongside(plants, monitor_stats)` runs beside the plants from their start (a test killing
+    cluster nodes); the consumers are not stopped before it has returned. Without live_path the
+    monitor scores only what JetStream delivers (monitor.run_worker)."""
     plants = Plants(settings, scenario, log)
     started = time.time()
     plants_done = asyncio.Event()
@@ -73,14 +75,14 @@ async def run_session(
     watched = Stats()
     if monitor:
         monitor_task = asyncio.create_task(
-            run_worker(settings, 0, 1, target_name, stop_monitor, stats=watched)
+            run_worker(settings, 0, 1, target_name, stop_monitor, stats=watched, live_path=live_path)
         )
         tasks.append(monitor_task)
     if archiver is not None:
         archive_task = asyncio.create_task(archiver.run(stop_archive))
         tasks.append(archive_task)
 
-    beside = asyncio.create_task(alongside(plants)) if alongside is not None else None
+    beside = asyncio.create_task(alongside(plants, watched)) if alongside is not None else None
 
     async def stop_when_idle() -> None:
         await plants_done.wait()
