@@ -50,10 +50,11 @@ import numpy as np
 from nats.js.errors import NoKeysError, NotFoundError
 
 from dayclose.stream.archive import Archiver
-from dayclose.stream.config import StreamSettings, settings
+from dayclose.stream.config import LIVE_LANE, StreamSettings, settings
 from dayclose.stream.detectors import Reference
 from dayclose.stream.failover import retrying
 from dayclose.stream.gateway import Plants, Truth, build_scenario
+from dayclose.stream.live import LiveSender
 from dayclose.stream.monitor import Stats
 from dayclose.stream.partition import PartitionProcessor, progress, warm_up
 from dayclose.stream.server import NodeLoss, PrivateCluster, PrivateServer
@@ -174,7 +175,9 @@ class Stream:
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
         env.update(
-            NATS_URL=self.settings.url,
+            # the one server under two names: the live path listens on two connections, as it
+            # does on a cluster (live.LISTENERS), so a worker receives each live message three times
+            NATS_URL=f"{self.settings.url},{self.settings.url.replace('127.0.0.1', 'localhost')}",
             DAYCLOSE_STREAM_PREFIX=self.settings.prefix,
             DAYCLOSE_STREAM_PARTITIONS=str(self.settings.partitions),
             DAYCLOSE_DUCKDB=str(self.dir / "warehouse.duckdb"),
@@ -182,21 +185,80 @@ class Stream:
         )
         return env
 
-    def monitor(self, stats: Path, idle_exit: float | None = None) -> subprocess.Popen:
+    def monitor(
+        self, stats: Path, idle_exit: float | None = None, live_path: bool = True
+    ) -> subprocess.Popen:
         args = [sys.executable, "-m", "dayclose.cli", "monitor", "--stats", str(stats)]
         if idle_exit:
             args += ["--idle-exit", str(idle_exit)]
+        if not live_path:
+            args += ["--no-live-path"]
         return subprocess.Popen(args, env=self.env(), cwd=PROJECT)
 
 
-async def publish_all(s: StreamSettings, msgs: list[tuple[str, str, bytes]], lane: str = "live") -> float:
-    """Publish as fast as the server takes it; returns the seconds it took."""
+class Gateways:
+    """The bench's gateways as deployed (gateway.Plants._publish): every message with its
+    Nats-Msg-Id (<line>:<first plc_seq>:<count>), a live one first as a core NATS copy on the lane
+    `now` (live.LiveSender), then to JetStream. Without live_path, no copies (the design before
+    decision 0006)."""
+
+    def __init__(self, s: StreamSettings, nc, live_path: bool):
+        self.s = s
+        self.js = nc.jetstream()
+        self.sender = LiveSender(nc) if live_path else None
+
+    async def publish(self, lane: str, plant: str, line: str, payload: bytes, msg_id: str):
+        headers = {"Nats-Msg-Id": msg_id}
+        if lane == "live" and self.sender is not None:
+            await self.sender.send(self.s.ingress_subject(LIVE_LANE, plant, line), payload, headers)
+        return await self.js.publish_async(
+            self.s.ingress_subject(lane, plant, line), payload, headers=headers
+        )
+
+
+class CPU:
+    """CPU-seconds (user + system) of processes since start(): this one (the gateways) and others
+    by pid (the monitor worker, nats-server)."""
+
+    def __init__(self, **pids: int):
+        self.pids = {**pids, "gateways": os.getpid()}
+        self.start()
+
+    def _now(self) -> dict[str, float]:
+        tick = os.sysconf("SC_CLK_TCK")
+        out = {}
+        for name, pid in self.pids.items():  # utime and stime, fields 14 and 15 of /proc/<pid>/stat
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            out[name] = (int(fields[11]) + int(fields[12])) / tick
+        return out
+
+    def start(self) -> None:
+        self.since = self._now()
+        self.load = os.getloadavg()
+        self.wall = time.monotonic()
+
+    def spent(self) -> dict:
+        now = self._now()
+        return {
+            "wall_s": round(time.monotonic() - self.wall, 2),
+            "load_average_before": [round(x, 2) for x in self.load],
+            "load_average_after": [round(x, 2) for x in os.getloadavg()],
+            **{f"{name}_cpu_s": round(now[name] - self.since[name], 3) for name in now},
+        }
+
+
+async def publish_all(
+    s: StreamSettings, msgs: list[tuple[str, str, bytes]], lane: str = "live", ids: list[str] | None = None
+) -> float:
+    """Publish as fast as the server takes it (with their Nats-Msg-Id when given, as the
+    gateways do); returns the seconds it took."""
     nc = await connect(s, "bench-publisher")
     js = nc.jetstream()
     started = time.monotonic()
     pending = []
-    for line, plant, payload in msgs:
-        pending.append(await js.publish_async(s.ingress_subject(lane, plant, line), payload))
+    for i, (line, plant, payload) in enumerate(msgs):
+        headers = {"Nats-Msg-Id": ids[i]} if ids is not None else None
+        pending.append(await js.publish_async(s.ingress_subject(lane, plant, line), payload, headers=headers))
         if len(pending) >= 4000:
             await asyncio.gather(*pending)
             pending = []
@@ -229,19 +291,22 @@ def drain_with_monitor(workdir: Path, fmt: str, readings: int) -> dict:
     }
 
 
-def latency(workdir: Path, seconds: float, rate: int = 50_000) -> dict:
+def latency(workdir: Path, seconds: float, rate: int = 50_000, live_path: bool = True) -> dict:
     lines = LINES[: rate // 500]
     stream = Stream(workdir, "latency")
+    sent_at: dict[tuple[str, int], int] = {}  # (line, message) -> when the gateway sent it (ms)
     with stream as s:
         stats_path = stream.dir / "monitor.json"
-        monitor = stream.monitor(stats_path)
+        monitor = stream.monitor(stats_path, live_path=live_path)
         time.sleep(2.0)
         rounds = int(seconds * 5)
+        cpu = CPU(monitor=monitor.pid, server=stream.server.process.pid)
 
         async def offer() -> int:
-            nc = await connect(s, "bench-gateways")
-            js = nc.jetstream()
+            nc = await connect(s, "bench-gateways", buffer_while_reconnecting=False)
+            gateways = Gateways(s, nc, live_path)
             sent = 0
+            cpu.start()
             start = time.time()
             rng = np.random.default_rng(1)
             pending = []
@@ -258,13 +323,14 @@ def latency(workdir: Path, seconds: float, rate: int = 50_000) -> dict:
                     )[:, None]
                     if rng.random() < 0.01:
                         sensors[0, int(rng.integers(BATCH))] = 9999.9
+                    sent_ms = int(time.time() * 1000)
                     payload = encode(
-                        "binary", line, sku_of(line), seq, event, np.ones(BATCH, np.uint8), sensors, now_ms
+                        "binary", line, sku_of(line), seq, event, np.ones(BATCH, np.uint8), sensors, sent_ms
                     )
+                    sent_at[(line, k)] = sent_ms
+                    msg_id = f"{line}:{int(seq[0])}:{BATCH}"
                     pending.append(
-                        await js.publish_async(
-                            s.ingress_subject("live", REF.plant_of_line[line], line), payload
-                        )
+                        await gateways.publish("live", REF.plant_of_line[line], line, payload, msg_id)
                     )
                     sent += BATCH
                 if len(pending) > 2000:
@@ -277,27 +343,42 @@ def latency(workdir: Path, seconds: float, rate: int = 50_000) -> dict:
 
         offered = asyncio.run(offer())
         time.sleep(3.0)
+        spent = cpu.spent()
         monitor.terminate()
         monitor.wait()
         stats = json.loads(stats_path.read_text())
         alerts = asyncio.run(_alerts(s))
     opened = [a for a in alerts if a["event"] == "open" and a["lane"] == "live"]
-    lat = sorted(a["latency_ms"] for a in opened)
+    # publish -> alert the same way with and without the live path: from when the gateway sent
+    # the message of the alert's reading (the alerts' own latency_ms counts from the stream's
+    # arrival on the stored path) to the alert raised
+    lat = sorted(
+        _wall(a["raised_at"], 0) * 1000 - sent_at[(a["line_id"], (a["opened_plc_seq"] - 1_000_000) // BATCH)]
+        for a in opened
+    )
     from_reading = sorted(a["reading_to_alert_ms"] for a in opened)
 
     def p99(xs: list[float]) -> float | None:
         return round(xs[min(len(xs) - 1, int(0.99 * len(xs)))], 1) if xs else None
 
+    readings = rounds * len(lines) * BATCH
+    assert stats["readings"] == readings, (stats["readings"], readings)
     return {
+        "live_path": live_path,
         "offered_readings_per_s": round(offered),
         "lines": len(lines),
         "seconds": seconds,
+        "readings": readings,
+        "readings_scored_first_from_the_live_path": stats["live_readings"],
         "alerts_opened": len(opened),
         "p99_publish_to_alert_ms": p99(lat),
         "p50_publish_to_alert_ms": round(lat[len(lat) // 2], 1) if lat else None,
         "p99_reading_to_alert_ms": p99(from_reading),
         "p99_publish_to_scored_ms": stats["latency_ms"]["p99"],
-        "monitor_cpu_s": stats["cpu_s"],
+        "monitor_cpu_s_whole_process": stats["cpu_s"],
+        "cpu": spent,  # from the first message offered to 3 s after the last
+        "readings_per_monitor_cpu_s": round(readings / spent["monitor_cpu_s"]),
+        "readings_per_gateway_cpu_s": round(readings / spent["gateways_cpu_s"]),
     }
 
 
@@ -314,7 +395,7 @@ async def _alerts(s: StreamSettings) -> list[dict]:
     return out
 
 
-def backlog(workdir: Path, hours: float, live_rate: int = 10_000) -> dict:
+def backlog(workdir: Path, hours: float, live_rate: int = 10_000, live_path: bool = True) -> dict:
     per_line_rate = 231_481 / 600  # 5x of 4 billion a day, over 600 lines
     per_line = int(per_line_rate * hours * 3600)
     plant = "P-150"
@@ -323,16 +404,20 @@ def backlog(workdir: Path, hours: float, live_rate: int = 10_000) -> dict:
     msgs = make_messages(
         plant_lines, per_line // BATCH, "binary", seed=2, t0_ms=int(time.time() * 1000) - int(hours * 3.6e6)
     )
+    ids = [
+        f"{line}:{1_000_000 + k * BATCH}:{BATCH}" for k in range(per_line // BATCH) for line in plant_lines
+    ]
     live_lines = [ln for ln in LINES if REF.plant_of_line[ln] != plant][: live_rate // 100]
     stream = Stream(workdir, "backlog")
     with stream as s:
         stats_path = stream.dir / "monitor.json"
-        monitor = stream.monitor(stats_path)
+        monitor = stream.monitor(stats_path, live_path=live_path)
         time.sleep(2.0)
+        cpu = CPU(monitor=monitor.pid, server=stream.server.process.pid)
 
-        async def run() -> tuple[float, float]:
-            nc = await connect(s, "bench-live")
-            js = nc.jetstream()
+        async def run() -> tuple[float, float, dict]:
+            nc = await connect(s, "bench-live", buffer_while_reconnecting=False)
+            gateways = Gateways(s, nc, live_path)
             stop = asyncio.Event()
 
             async def live() -> None:
@@ -357,37 +442,44 @@ def backlog(workdir: Path, hours: float, live_rate: int = 10_000) -> dict:
                             sensors,
                             now_ms,
                         )
-                        await js.publish_async(
-                            s.ingress_subject("live", REF.plant_of_line[line], line), payload
-                        )
+                        msg_id = f"{line}:{int(seq[0])}:20"
+                        await gateways.publish("live", REF.plant_of_line[line], line, payload, msg_id)
 
             task = asyncio.create_task(live())
             await asyncio.sleep(3.0)
+            cpu.start()
             started = time.time()
-            took = await publish_all(s, msgs, lane="backfill")
+            took = await publish_all(s, msgs, lane="backfill", ids=ids)
             await asyncio.sleep(1.0)
             total = len(msgs) * BATCH
             while await backfill_scored(s, plant_lines) < total and time.time() - started < 600:
                 await asyncio.sleep(0.5)  # until the monitor's checkpoints hold the whole backlog
+            spent = cpu.spent()
             stop.set()
             await task
             await nc.close()
-            return started, took
+            return started, took, spent
 
-        started, took = asyncio.run(run())
+        started, took, spent = asyncio.run(run())
         monitor.terminate()
         monitor.wait()
         stats = json.loads(stats_path.read_text())
     total = len(msgs) * BATCH
     assert stats["backfill"]["readings"] == total, stats["backfill"]
     return {
+        "live_path": live_path,
         "backlog_readings": total,
         "hours": hours,
         "replay_published_in_s": round(took, 1),
         "drained_s_from_replay_start": round(stats["backfill"]["last_at"] - started, 1),
         "live_rate": live_rate,
         "live_p99_ms_during_drain": stats["backfill"]["live_p99_ms_meanwhile"],
-        "monitor_cpu_s": stats["cpu_s"],
+        "readings_scored_first_from_the_live_path": stats["live_readings"],
+        "monitor_cpu_s_whole_process": stats["cpu_s"],
+        # from the replay's first message to the checkpoints holding all of it; the gateways'
+        # CPU is this process's: the replay (JetStream only) and the live lines (copies too)
+        "cpu": spent,
+        "backlog_readings_per_monitor_cpu_s": round(total / spent["monitor_cpu_s"]),
     }
 
 
@@ -672,7 +764,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-live-path",
         action="store_true",
-        help="cluster: the monitor scores only what JetStream delivers (the design before live.py)",
+        help="latency, backlog, cluster: the gateways send no core NATS copies and the monitor scores "
+        "only what JetStream delivers (the design before live.py)",
     )
     args = parser.parse_args(argv)
     q = args.quick
@@ -699,10 +792,10 @@ def main(argv: list[str] | None = None) -> int:
             ]
         if "latency" in args.parts:
             log("3. latency at 50,000 readings/s offered")
-            out["latency"] = latency(work, 10 if q else 30)
+            out["latency"] = latency(work, 10 if q else 30, live_path=not args.no_live_path)
         if "backlog" in args.parts:
             log("4. a 4-hour backlog at 5x while live traffic flows")
-            out["backlog"] = backlog(work, 0.25 if q else 4.0)
+            out["backlog"] = backlog(work, 0.25 if q else 4.0, live_path=not args.no_live_path)
         if "archiver" in args.parts:
             log("5. archiver")
             out["archiver"] = archiver(work, 300_000 if q else 3_000_000)

@@ -129,6 +129,8 @@ def _monitor(args: argparse.Namespace) -> int:
         if args.idle_exit:
             forward += ["--idle-exit", str(args.idle_exit)]
         forward += ["--from", args.start]
+        if not args.live_path:
+            forward += ["--no-live-path"]
         return supervise(args.workers, forward, log=stderr_progress)
     worker, of = (0, 1) if args.worker is None else (args.worker, args.of)
     stats = Path(args.stats) if args.stats else None
@@ -141,6 +143,7 @@ def _monitor(args: argparse.Namespace) -> int:
         stats,
         log=stderr_progress,
         from_new=args.start == "new",
+        live_path=args.live_path,
     )
 
 
@@ -235,6 +238,12 @@ def add_commands(sub) -> None:
         choices=("all", "new"),
         default="all",
         help="where a partition without a checkpoint starts: the stream's first message, or its next one",
+    )
+    mon.add_argument(
+        "--no-live-path",
+        dest="live_path",
+        action="store_false",
+        help="score only what JetStream delivers (the design before the live path: benchmarks)",
     )
     mon.set_defaults(func=_monitor)
 

@@ -397,6 +397,7 @@ def monitor_main(
     stats_path: Path | None = None,
     log=print,
     from_new: bool = False,
+    live_path: bool = True,
 ) -> int:
     """Run one worker in this process until SIGTERM/SIGINT; write its stats if asked."""
 
@@ -416,7 +417,15 @@ def monitor_main(
         watcher = asyncio.create_task(orphaned())
         try:
             return await run_worker(
-                settings, worker, workers, target_name, stop, idle_exit=idle_exit, log=log, from_new=from_new
+                settings,
+                worker,
+                workers,
+                target_name,
+                stop,
+                idle_exit=idle_exit,
+                log=log,
+                from_new=from_new,
+                live_path=live_path,
             )
         finally:
             watcher.cancel()
