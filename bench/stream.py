@@ -767,6 +767,12 @@ def main(argv: list[str] | None = None) -> int:
         help="latency, backlog, cluster: the gateways send no core NATS copies and the monitor scores "
         "only what JetStream delivers (the design before live.py)",
     )
+    parser.add_argument(
+        "--latency-rate",
+        type=int,
+        default=50_000,
+        help="latency: readings/s offered, 500 a line (at most 300,000; 231,481 is 5x the incident's volume)",
+    )
     args = parser.parse_args(argv)
     q = args.quick
     RESULTS.mkdir(exist_ok=True)
@@ -791,8 +797,10 @@ def main(argv: list[str] | None = None) -> int:
                 drain_with_monitor(work, "jsonl", 300_000 if q else 1_200_000),
             ]
         if "latency" in args.parts:
-            log("3. latency at 50,000 readings/s offered")
-            out["latency"] = latency(work, 10 if q else 30, live_path=not args.no_live_path)
+            log(f"3. latency at {args.latency_rate:,} readings/s offered")
+            out["latency"] = latency(
+                work, 10 if q else 30, args.latency_rate, live_path=not args.no_live_path
+            )
         if "backlog" in args.parts:
             log("4. a 4-hour backlog at 5x while live traffic flows")
             out["backlog"] = backlog(work, 0.25 if q else 4.0, live_path=not args.no_live_path)
