@@ -4,7 +4,12 @@
     .venv/bin/python -m bench.stream --quick    # a smoke run with smaller volumes
     .venv/bin/python -m bench.stream --parts cluster   # only some parts (names below)
 
-Each part runs against a private nats-server (K = 8 partitions, file storage):
+Each part runs against a private nats-server (K = 8 partitions, file storage). Parts 3, 4 and 6
+run the live path as deployed (decision 0006): the gateways send each live message with its
+Nats-Msg-Id, first as a core NATS copy on the lane `now`, then to JetStream, and the monitor
+listens on two connections (parts 3 and 4: the one server under two names), so it receives each
+live message three times; `--no-live-path` runs them without (no copies, the monitor scores what
+JetStream delivers), for comparison. Parts 2 and 5 drain a stream filled beforehand: no copies.
 
 1. scoring alone, in this process: decode + validation + lanes + detectors of PartitionProcessor
    over pre-encoded messages of 100 readings from 600 lines, binary and JSON lines: readings
@@ -13,11 +18,13 @@ Each part runs against a private nats-server (K = 8 partitions, file storage):
    beforehand: readings per CPU-second of that process, NATS client, acks and checkpoints
    included, binary and JSON lines;
 3. latency at 50,000 readings/s offered (100 lines, 500 readings/s each, a message per line
-   every 200 ms, a spike on 1% of messages so alerts open and close): p99 from the message's
-   arrival in the stream to its alert and to its scoring, and from the reading's own timestamp;
+   every 200 ms, a spike on 1% of messages so alerts open and close; `--latency-rate` for
+   another volume): p99 from the gateway's send of a message to its alert and to its scoring,
+   and from the reading's own timestamp; readings per CPU-second of the monitor worker, and the
+   CPU of the gateways (this process) and of nats-server;
 4. one plant's 4-hour backlog at 5x volume (2 lines x 386 readings/s x 4 h = 11.1 M readings)
    replayed on the backfill subject while 10,000 readings/s stay live: time until all of it is
-   scored, and the live p99 meanwhile;
+   scored, the live p99 meanwhile, and the CPU of each process;
 5. the archiver draining the stream of part 2 into a landing: readings/s;
 6. (cluster) a 3-node cluster with R3 streams loses a node twice (kill -9) while the simulated
    plants publish 20,000 readings/s (a spike every half second, so alerts open all along) to a
