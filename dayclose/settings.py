@@ -129,6 +129,7 @@ def spark_settings(target: Target) -> dict[str, str]:
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": "4",
         "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
         # dbt-spark sets it for its sessions; the same for ours (a cast that fails gives null)
         "spark.sql.ansi.enabled": "false",
     }
