@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 from collections.abc import Iterator, Sequence
 from datetime import date, datetime
@@ -73,14 +74,23 @@ class Warehouse:
         return sql.replace("%s", "?") if self.kind in ("duckdb", "spark") else sql
 
     def _spark(self, sql: str, params: Sequence[Any]):
-        """A Spark DataFrame of the statement (commands run at once), `?` parameters bound;
-        times and days go as text, which Spark casts where a column or a comparison wants them
-        (its own conversion of a Python datetime would use this process's time zone)."""
-        args = [
-            p.isoformat(sep=" ") if isinstance(p, datetime) else str(p) if isinstance(p, date) else p
-            for p in params
-        ]
-        return self._conn.sql(self._sql(sql), args=args or None)
+        """A Spark DataFrame of the statement (commands run at once), `%s` parameters bound as
+        `?`, but times and days, written as typed literals: Spark's own conversion of a Python
+        datetime would read it in this process's time zone."""
+        parts = sql.split("%s")
+        if len(parts) != len(params) + 1:
+            raise ValueError(f"{len(params)} parameters for {len(parts) - 1} markers: {sql}")
+        text, args = parts[0], []
+        for param, rest in zip(params, parts[1:], strict=True):
+            if isinstance(param, datetime):
+                text += f"timestamp'{param.isoformat(sep=' ')}'"
+            elif isinstance(param, date):
+                text += f"date'{param.isoformat()}'"
+            else:
+                text += "?"
+                args.append(param)
+            text += rest
+        return self._conn.sql(text, args=args or None)
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
         if self.kind == "spark":
@@ -119,6 +129,20 @@ class Warehouse:
         if self.kind == "spark":  # a string literal's backslashes are escapes there
             return f"nullif(regexp_extract({expression}, '{pattern.replace(chr(92), chr(92) * 2)}', 1), '')"
         return f"substring({expression} from '{pattern}')"
+
+    def table_columns(self, columns: str) -> str:
+        """A `create table`'s column list (Postgres' and DuckDB's types, constraints) in the
+        engine's words: on Spark, parquet columns with no constraints or keys."""
+        if self.kind != "spark":
+            return f"({columns})"
+        kept = []
+        for column in columns.strip().split(",\n"):
+            column = column.strip()
+            if column.startswith("primary key"):
+                continue
+            column = column.replace(" not null", "").replace("double precision", "double")
+            kept.append(re.sub(r"\bvarchar\b", "string", column))
+        return "(" + ", ".join(kept) + ") using parquet"
 
     @staticmethod
     def placeholders(n: int) -> str:
@@ -169,7 +193,7 @@ class Warehouse:
         if self.kind == "spark":
             if not self._conn.catalog.databaseExists(schema):
                 return False
-            return bool(self._conn.catalog.tableExists(name, schema))
+            return bool(self._conn.catalog.tableExists(f"{schema}.{name}"))
         return bool(
             self.scalar(
                 "select count(*) from information_schema.tables where table_schema = %s and table_name = %s",
