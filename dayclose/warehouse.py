@@ -130,6 +130,21 @@ class Warehouse:
             return f"nullif(regexp_extract({expression}, '{pattern.replace(chr(92), chr(92) * 2)}', 1), '')"
         return f"substring({expression} from '{pattern}')"
 
+    def delete(self, relation: str, where: str, params: Sequence[Any] = ()) -> None:
+        """Delete the rows of `relation` where `where` holds. Spark's parquet tables take no
+        delete: there the rows kept are copied aside and written back (not atomic; for the
+        small bookkeeping tables only)."""
+        if self.kind != "spark":
+            self.execute(f"delete from {relation} where {where}", params)
+            return
+        aside = f"{relation}__kept"
+        self.execute(f"drop table if exists {aside}")
+        self.execute(
+            f"create table {aside} using parquet as select * from {relation} where not ({where})", params
+        )
+        self.execute(f"insert overwrite table {relation} select * from {aside}")
+        self.execute(f"drop table {aside}")
+
     def table_columns(self, columns: str) -> str:
         """A `create table`'s column list (Postgres' and DuckDB's types, constraints) in the
         engine's words: on Spark, parquet columns with no constraints or keys."""
