@@ -176,6 +176,11 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
         )
         yield result
     finally:
+        from pyspark.sql import SparkSession
+
+        active = SparkSession.getActiveSession()
+        if active is not None:  # the rest of the test session runs without Spark's executors
+            active.stop()
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
