@@ -65,7 +65,7 @@ def _now() -> datetime:
 def _ensure(wh: Warehouse, table: str, columns: str) -> str:
     pub = published_schema(wh)
     wh.execute(f"create schema if not exists {pub}")
-    wh.execute(f"create table if not exists {pub}.{table} ({columns})")
+    wh.execute(f"create table if not exists {pub}.{table} {wh.table_columns(columns)}")
     return f"{pub}.{table}"
 
 

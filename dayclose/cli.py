@@ -194,7 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--target",
         choices=TARGETS,
         default=None,
-        help="duckdb (default, file DAYCLOSE_DUCKDB) or postgres (libpq PG* variables)",
+        help="duckdb (default, file DAYCLOSE_DUCKDB), postgres (libpq PG* variables) or spark (in-process)",
     )
     run.add_argument("--verbose", action="store_true", help=VERBOSE)
     run.set_defaults(func=_run)

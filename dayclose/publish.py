@@ -12,6 +12,13 @@ On Postgres a role (DAYCLOSE_READER_ROLE, default dayclose_reader) may read the
 published schema and nothing else. DuckDB has no roles, and a reader's connection to the
 warehouse file would lock out the writer: DuckDB readers read a copy of the published
 schema in a file of their own, replaced whole after every run (export_for_readers).
+
+Spark has no transactions (and its parquet tables no delete or update): each published
+relation is a view, and a publication writes a new table per relation (the days kept from
+the current one and the run's days from the write side), checks every one of them, and only
+then points the views at the new tables, one statement each; the tables they left are
+dropped. A reader sees the old relation or the new one; a publication that fails a check
+changes no view.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from pathlib import Path
 
+from dayclose.dates import utc_now
 from dayclose.settings import Target
 from dayclose.sources import Source
 from dayclose.warehouse import Warehouse
@@ -97,6 +105,8 @@ def publish(
     wh.execute(f"create schema if not exists {pub}")
     counts: dict[str, int] = {}
     relations = published_relations(wh.target, job)
+    if wh.kind == "spark":
+        return _publish_by_swapping_views(wh, relations, start, end, as_of, held)
     with wh.transaction():
         for rel in relations:
             target, source = f"{pub}.{rel.name}", f"{src}.{rel.name}"
@@ -123,6 +133,72 @@ def publish(
     if wh.kind == "postgres":
         grant_reader(wh)
     return counts
+
+
+def _publish_by_swapping_views(
+    wh: Warehouse,
+    relations: list[Published],
+    start: date,
+    end: date,
+    as_of: datetime,
+    held: frozenset[date],
+) -> dict[str, int]:
+    """Spark: a new table per relation, every one checked, then the views swapped to them."""
+    pub, src = published_schema(wh), wh.target.schema
+    stamp = utc_now().strftime("%Y%m%d%H%M%S%f")
+    counts: dict[str, int] = {}
+    swaps: list[tuple[str, str]] = []
+    try:
+        for rel in relations:
+            view, source, table = f"{pub}.{rel.name}", f"{src}.{rel.name}", f"{pub}.{rel.name}__{stamp}"
+            exists = wh.relation_exists(pub, rel.name)
+            swaps.append((view, table))
+            if rel.date_column is None:
+                wh.execute(f"create table {table} using parquet as select * from {source}")
+                counts[rel.name] = _check_copy(wh, table, source, "1 = 1", ())
+                continue
+            where, params = _days(rel.date_column, start, end, held)
+            columns, _ = wh.columns_and_rows(f"select * from {source} limit 0")
+            if exists and rel.as_of_stamped:
+                _refuse_older(wh, view, where, params, as_of)
+            kept = [
+                # days before the run's that readers were told can still change are final now
+                f"{c} and {rel.date_column} >= %s as {c}"
+                if c == "can_still_change" and rel.as_of_stamped
+                else c
+                for c in columns
+            ]
+            kept_params = (start,) if rel.as_of_stamped and "can_still_change" in columns else ()
+            old = f"select {', '.join(kept)} from {view} where not ({where}) union all " if exists else ""
+            wh.execute(
+                f"create table {table} using parquet as {old}"
+                f"select {', '.join(columns)} from {source} where {where}",
+                (*kept_params, *params, *params) if exists else params,
+            )
+            counts[rel.name] = _check_copy(wh, table, source, where, params)
+    except BaseException:
+        for _, table in swaps:
+            wh.execute(f"drop table if exists {table}")
+        raise
+    for view, table in swaps:  # every new table checked: the readers' views now
+        schema, name = view.split(".")
+        before = _view_table(wh, schema, name)
+        if before is None and wh.relation_exists(schema, name):
+            wh.execute(f"drop table {view}")  # a relation of another kind in its place
+        wh.execute(f"create or replace view {view} as select * from {table}")
+        if before is not None:
+            wh.execute(f"drop table if exists {before}")
+    return counts
+
+
+def _view_table(wh: Warehouse, schema: str, name: str) -> str | None:
+    """Spark: the published table a published view reads, if it is one of ours."""
+    rows = wh.query(f"show tables in {schema} like '{name}__*'")
+    tables = sorted(row[1] for row in rows if not row[2])  # (namespace, name, is_temporary)
+    if not tables or not wh.relation_exists(schema, name):
+        return None
+    text = wh.scalar(f"show create table {schema}.{name}") or ""
+    return next((f"{schema}.{t}" for t in tables if t in text), None)
 
 
 def _refuse_older(wh: Warehouse, target: str, where: str, params: tuple, as_of: datetime) -> None:
@@ -231,4 +307,4 @@ def forget_unpublished_versions(target: Target, run_id: str, days: frozenset[dat
                 return
             where += f" and production_date in ({', '.join(['%s'] * len(days))})"
             params += tuple(sorted(days))
-        wh.execute(f"delete from {target.schema}.daily_good_units_versions where {where}", params)
+        wh.delete(f"{target.schema}.daily_good_units_versions", where, params)

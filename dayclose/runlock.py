@@ -47,7 +47,7 @@ def run_lock(target: Target, job: str, timeout: float = 0.0, poll: float = 0.5) 
     Postgres session that ended (a failover, an admin) took its advisory lock with it, and
     another run may have started since; a file lock cannot be lost while its process lives.
     """
-    if target.duckdb_path is not None:
+    if target.duckdb_path is not None or target.name == "spark":
         with _file_lock(target, job, timeout, poll):
             yield lambda step: None
     else:
@@ -57,8 +57,10 @@ def run_lock(target: Target, job: str, timeout: float = 0.0, poll: float = 0.5) 
 
 @contextlib.contextmanager
 def _file_lock(target: Target, job: str, timeout: float, poll: float) -> Iterator[None]:
-    assert target.duckdb_path is not None
-    path = target.duckdb_path.with_name(target.duckdb_path.name + ".lock")
+    if target.duckdb_path is not None:
+        path = target.duckdb_path.with_name(target.duckdb_path.name + ".lock")
+    else:  # Spark in this process: its warehouse folder's
+        path = target.spark_dir / "run.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + timeout
     fh = open(path, "a+")  # noqa: SIM115 - held for the run

@@ -11,12 +11,12 @@ from pathlib import Path
 from dayclose.errors import DaycloseError
 
 PROJECT_DIR = Path(os.environ.get("DAYCLOSE_PROJECT_DIR", Path(__file__).resolve().parent.parent))
-TARGETS = ("duckdb", "postgres")
+TARGETS = ("duckdb", "postgres", "spark")
 
 
 @dataclass(frozen=True)
 class Target:
-    """One warehouse: the embedded DuckDB file or a Postgres database."""
+    """One warehouse: the embedded DuckDB file, a Postgres database or Spark (in-process)."""
 
     name: str
     schema: str
@@ -29,18 +29,27 @@ class Target:
     @property
     def state_dir(self) -> Path:
         """Per-target dbt working files (target/, logs/, profiles)."""
-        key = self.name
         if self.duckdb_path is not None:
             key = "duckdb-" + hashlib.sha1(str(self.duckdb_path).encode()).hexdigest()[:10]
         else:
-            key = f"postgres-{self.schema}"
+            key = f"{self.name}-{self.schema}"
         return Path(os.environ.get("DAYCLOSE_STATE_DIR", PROJECT_DIR / ".dayclose")) / key
+
+    @property
+    def spark_dir(self) -> Path:
+        """Spark: the folder of its managed tables (`warehouse/`) and of its embedded Derby
+        metastore (`metastore_db`, `derby.log`), one per schema (Derby admits one process at
+        a time, so each warehouse has its own). DAYCLOSE_SPARK_DIR to put it elsewhere."""
+        configured = os.environ.get("DAYCLOSE_SPARK_DIR")
+        return Path(configured).resolve() if configured else self.state_dir / "spark"
 
     def describe(self) -> str:
         """Where this warehouse is, for the summary: the DuckDB file, or the Postgres server,
         database and schema every connection of a run uses (postgres_env)."""
         if self.duckdb_path is not None:
             return f"duckdb {self.duckdb_path}"
+        if self.name == "spark":
+            return f"spark {spark_master()} (in-process), warehouse {self.spark_dir}, schema {self.schema}"
         return f"postgres {postgres_where()}, schema {self.schema}"
 
     @property
@@ -57,7 +66,7 @@ def resolve_target(name: str | None = None) -> Target:
     if name == "duckdb":
         path = Path(os.environ.get("DAYCLOSE_DUCKDB", "dayclose.duckdb")).resolve()
         return Target(name="duckdb", schema="main", duckdb_path=path)
-    return Target(name="postgres", schema=os.environ.get("DAYCLOSE_SCHEMA", "dayclose"))
+    return Target(name=name, schema=os.environ.get("DAYCLOSE_SCHEMA", "dayclose"))
 
 
 # The Postgres every connection of a run uses (the loader's, the run lock's, the report's and
@@ -87,11 +96,43 @@ def dbt_env(target: Target) -> dict[str, str]:
     if target.duckdb_path is not None:
         env["DAYCLOSE_DUCKDB"] = str(target.duckdb_path)
         env["DAYCLOSE_DUCKDB_BLOCK_MEMORY"] = os.environ.get("DAYCLOSE_DUCKDB_BLOCK_MEMORY") or block_memory()
+    elif target.name == "spark":
+        env["DAYCLOSE_SCHEMA"] = target.schema
+        env["DAYCLOSE_SPARK_MASTER"] = spark_master()
+        env["DAYCLOSE_SPARK_DIR"] = str(target.spark_dir)
     else:
         env["DAYCLOSE_SCHEMA"] = target.schema
         env.update(postgres_env())
         env["PGOPTIONS"] = postgres_options(os.environ.get("PGOPTIONS", ""))
     return env
+
+
+def spark_master() -> str:
+    """The in-process Spark's master: DAYCLOSE_SPARK_MASTER, else local[2] (two cores)."""
+    return os.environ.get("DAYCLOSE_SPARK_MASTER") or "local[2]"
+
+
+def spark_settings(target: Target) -> dict[str, str]:
+    """The settings of the in-process SparkSession, the same as profiles.yml.example's
+    `spark` output gives dbt-spark (its `server_side_parameters`): whichever of dayclose's
+    Python (dayclose.warehouse) and dbt-spark asks first starts the one JVM with them, and the
+    other gets that session (SparkSession.builder.getOrCreate)."""
+    folder = target.spark_dir
+    return {
+        "spark.master": spark_master(),
+        "spark.app.name": "dayclose",
+        "spark.sql.warehouse.dir": str(folder / "warehouse"),
+        "spark.hadoop.javax.jdo.option.ConnectionURL": (
+            f"jdbc:derby:;databaseName={folder / 'metastore_db'};create=true"
+        ),
+        "spark.driver.extraJavaOptions": f"-Dderby.system.home={folder}",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": "4",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        # dbt-spark sets it for its sessions; the same for ours (a cast that fails gives null)
+        "spark.sql.ansi.enabled": "false",
+    }
 
 
 def block_memory(physical: int | None = None) -> str:

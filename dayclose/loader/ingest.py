@@ -9,6 +9,12 @@ is decoded here: the dbt models decode and validate (models/intermediate/).
 - DuckDB reads the file itself: `read_csv` of one text column, with a delimiter and no
   quote, escape or null marker that could alter a line, numbered by `row_number() over ()`
   (DuckDB keeps a single file's order for an empty OVER clause).
+- Spark reads the files with its `text` source (lines split at \\n only) and numbers each
+  file's lines in the order of the file (its splits' offsets, then the order within a split);
+  the raw table is partitioned by batch, and a group of batches is written by one
+  `insert overwrite` of their partitions, which replaces an earlier version of a batch whole.
+  The lines Python sanitized are put back in the same statement (a join), since a parquet
+  table takes no update.
 - Postgres takes it by `COPY ... (format csv)` with delimiter \\x01 and quote \\x02; the
   batch, file and line number come from column defaults (transaction-local settings and a
   sequence reset for each file: one sequence per writer), so a line is never touched by Python.
@@ -44,6 +50,22 @@ LEDGER_COLUMNS = """
     primary key (source_name, batch_id)
 """
 
+# Spark: no constraints or keys on parquet; the ledger partitioned by source (rewritten whole
+# for the source's new rows), the raw lines by batch (a batch's partition overwritten whole)
+SPARK_LEDGER_COLUMNS = """
+    batch_id string,
+    status string,
+    manifest_sha256 string,
+    files int,
+    rows_loaded bigint,
+    byte_errors bigint,
+    batch_arrived_at timestamp,
+    loaded_at timestamp,
+    message string,
+    source_name string
+"""
+SPARK_LEDGER_ORDER = [c.split()[0] for c in SPARK_LEDGER_COLUMNS.strip().split(",\n")]
+
 DUCKDB_LINES = (
     "columns = {'line': 'VARCHAR'}, header = false, delim = e'\\x01', quote = '', escape = '', "
     "auto_detect = false, new_line = '\\n', max_line_size = 20000000, force_not_null = ['line']"
@@ -67,6 +89,18 @@ def ensure_landing(wh: Warehouse, tables: Sequence[str]) -> None:
     """The landing schema, the load ledger and a raw table per source (idempotent)."""
     schema = wh.target.landing_schema
     wh.execute(f"create schema if not exists {schema}")
+    if wh.kind == "spark":
+        wh.execute(
+            f"create table if not exists {schema}.load_ledger ({SPARK_LEDGER_COLUMNS}) "
+            "using parquet partitioned by (source_name)"
+        )
+        for table in tables:
+            wh.execute(
+                f"create table if not exists {schema}.{table} (file_name string, line_number bigint, "
+                "raw_line string, raw_line_hex string, byte_error string, batch_id string) "
+                "using parquet partitioned by (batch_id)"
+            )
+        return
     wh.execute(f"create table if not exists {schema}.load_ledger ({LEDGER_COLUMNS})")
     numbering = _postgres_line_numbering(wh, schema) if wh.kind == "postgres" else ""
     compression = _raw_line_compression(wh)  # the file's, the same for every table
@@ -196,6 +230,85 @@ def ingest_files(wh: Warehouse, table: str, files: Sequence[FileToRead]) -> dict
             rows = wh.copy_from(POSTGRES_COPY.format(table=relation), fh)
         written[f.batch_id] = written.get(f.batch_id, 0) + rows
     return written
+
+
+def ingest_files_spark(
+    wh: Warehouse, table: str, files: Sequence[FileToRead], fixes: Sequence[tuple[str, str, int, bytes]]
+) -> tuple[dict[str, int], dict[str, int]]:
+    """Spark: write the batches of `files` into their partitions of the raw table, each file's
+    lines numbered from 1, with the original bytes of the sanitized lines (`fixes`: batch,
+    file, line number, bytes) put back in the same statement; the lines written per batch,
+    and per batch the lines that are not text.
+
+    Spark's text source splits lines at \\n only (a \\r stays in its line) and gives each line
+    its file and the offset of its split; within a split, lines come in the file's order, so
+    (split offset, monotonically_increasing_id) orders a file's lines."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    spark = wh.session
+    relation = f"{wh.target.landing_schema}.{table}"
+    files = [f for f in files if f.lines]
+    if not files:
+        return {}, {}
+    located = [(str(f.path.absolute()), f.batch_id, f.file_name) for f in files]
+    scanned = (
+        spark.read.option("lineSep", "\n")
+        .text([_literal_path(path) for path, _, _ in located])
+        .select(
+            F.col("value").alias("raw_line"),
+            # the path as Spark writes it (a URI, percent-encoded, `+` left as it is)
+            F.expr(
+                "regexp_replace(url_decode(regexp_replace(_metadata.file_path, '[+]', '%2B')), '^file:', '')"
+            ).alias("path"),
+            F.col("_metadata.file_block_start").alias("split_start"),
+            F.monotonically_increasing_id().alias("seq"),
+        )
+    )
+    scanned.createOrReplaceTempView("dayclose_scanned")
+    text = StringType()
+    spark.createDataFrame(
+        located, StructType([StructField(n, text) for n in ("path", "batch_id", "file_name")])
+    ).createOrReplaceTempView("dayclose_files")
+    fixed, errors = [], {}
+    for batch_id, file_name, number, original in fixes:
+        problem = _byte_error(original)
+        readable = original.decode("utf-8", errors="replace").replace("\x00", "\ufffd")
+        fixed.append((batch_id, file_name, number, readable, original.hex() if problem else None, problem))
+        errors[batch_id] = errors.get(batch_id, 0) + (problem is not None)
+    fix_schema = StructType(
+        [
+            StructField("batch_id", text),
+            StructField("file_name", text),
+            StructField("line_number", LongType()),
+            StructField("raw_line", text),
+            StructField("raw_line_hex", text),
+            StructField("byte_error", text),
+        ]
+    )
+    spark.createDataFrame(fixed, fix_schema).createOrReplaceTempView("dayclose_put_back")
+    spark.conf.set("spark.sql.sources.partitionOverwriteMode", "dynamic")
+    wh.execute(
+        f"insert overwrite table {relation} partition (batch_id) "
+        "select lines.file_name, lines.line_number, coalesce(fix.raw_line, lines.raw_line), "
+        "fix.raw_line_hex, fix.byte_error, lines.batch_id "
+        "from (select files.batch_id, files.file_name, scanned.raw_line, row_number() over "
+        "(partition by scanned.path order by scanned.split_start, scanned.seq) as line_number "
+        "from dayclose_scanned as scanned inner join dayclose_files as files on scanned.path = files.path"
+        ") as lines left join dayclose_put_back as fix on fix.batch_id = lines.batch_id "
+        "and fix.file_name = lines.file_name and fix.line_number = lines.line_number"
+    )
+    for view in ("dayclose_scanned", "dayclose_files", "dayclose_put_back"):
+        spark.catalog.dropTempView(view)
+    ids = sorted({f.batch_id for f in files})
+    among = wh.placeholders(len(ids))
+    counted = f"select batch_id, count(*) from {relation} where batch_id in ({among}) group by 1"
+    return dict(wh.query(counted, ids)), errors
+
+
+def _literal_path(path: str) -> str:
+    """A path for Spark's reader, which expands Hadoop's glob characters: those escaped."""
+    return re.sub(r"([\\\[\]{}*?])", r"\\\1", path)
 
 
 def put_back(

@@ -43,11 +43,13 @@ from dayclose.errors import EXIT_CONFIG, DaycloseError
 from dayclose.loader.check import CheckedBatch, check_batch, checked_in_a_process
 from dayclose.loader.contract import Batch, ManifestMismatch, discover, marker_sha
 from dayclose.loader.ingest import (
+    SPARK_LEDGER_ORDER,
     WRITERS,
     BatchUnreadable,
     FileToRead,
     ensure_landing,
     ingest_files,
+    ingest_files_spark,
     put_back,
 )
 from dayclose.sources import Source, sources
@@ -141,6 +143,8 @@ def _message(previous_sha: str | None) -> str:
 
 def _write(wh: Warehouse, source: Source, group: list[tuple[CheckedBatch, str | None]]) -> list[int]:
     """The batches' lines and ledger rows in one transaction; per batch, its lines that are not text."""
+    if wh.kind == "spark":
+        return _write_spark(wh, source, group)
     relation = f"{wh.target.landing_schema}.{source.table}"
     byte_errors = []
     # the lines of an earlier version of a batch go first; a batch without one has none, since
@@ -180,6 +184,48 @@ def _write(wh: Warehouse, source: Source, group: list[tuple[CheckedBatch, str | 
     return byte_errors
 
 
+def _write_spark(wh: Warehouse, source: Source, group: list[tuple[CheckedBatch, str | None]]) -> list[int]:
+    """Spark, which has no transactions: the batches' partitions of the raw table overwritten
+    whole (an earlier version of a batch goes first), their line counts checked, then the
+    ledger rows. A failure half way leaves batches without their ledger row, which the next
+    run writes again whole, so a retry still leaves one copy."""
+    relation = f"{wh.target.landing_schema}.{source.table}"
+    for checked, previous in group:
+        if previous is not None:  # its new version may have fewer files, or no lines at all
+            wh.execute(
+                f"alter table {relation} drop if exists partition (batch_id = '{checked.batch.batch_id}')"
+            )
+    files = [
+        FileToRead(checked.batch.batch_id, file.name, file.read_path, file.scan.lines)
+        for checked, _ in group
+        for file in checked.files
+    ]
+    fixes = [
+        (checked.batch.batch_id, file.name, number, original)
+        for checked, _ in group
+        for file in checked.files
+        if file.scan.lines
+        for number, original in file.replaced
+    ]
+    written, errors = ingest_files_spark(wh, source.table, files, fixes)
+    for checked, _ in group:
+        if written.get(checked.batch.batch_id, 0) != checked.rows:  # a file changed since it was checked
+            raise ManifestMismatch(
+                f"{written.get(checked.batch.batch_id, 0)} lines read from the files, "
+                f"{checked.rows} checked against _SUCCESS"
+            )
+    byte_errors = [errors.get(checked.batch.batch_id, 0) for checked, _ in group]
+    _record(
+        wh,
+        source,
+        [
+            (c.batch, "loaded", c.sha, len(c.files), c.rows, n, _message(prev))
+            for (c, prev), n in zip(group, byte_errors, strict=True)
+        ],
+    )
+    return byte_errors
+
+
 # batch, status, manifest sha256, files, rows, byte errors, message
 LedgerRow = tuple[Batch, str, "str | None", int, int, int, str]
 
@@ -187,6 +233,9 @@ LedgerRow = tuple[Batch, str, "str | None", int, int, int, str]
 def _record(wh: Warehouse, source: Source, rows: list[LedgerRow]) -> None:
     ledger = f"{wh.target.landing_schema}.load_ledger"
     ids = [batch.batch_id for batch, *_ in rows]
+    if wh.kind == "spark":
+        _record_spark(wh, ledger, source, rows, ids)
+        return
     wh.execute(
         f"delete from {ledger} where source_name = %s and batch_id in ({wh.placeholders(len(ids))})",
         [source.name, *ids],
@@ -201,6 +250,28 @@ def _record(wh: Warehouse, source: Source, rows: list[LedgerRow]) -> None:
         f"insert into {ledger} (source_name, batch_id, status, manifest_sha256, files, "
         f"rows_loaded, byte_errors, batch_arrived_at, loaded_at, message) values {', '.join(values)}",
         params,
+    )
+
+
+def _record_spark(wh: Warehouse, ledger: str, source: Source, rows: list[LedgerRow], ids: list[str]) -> None:
+    """Spark: the source's partition of the ledger rewritten with these rows in place of any
+    earlier rows of their batches (a parquet table takes no delete)."""
+    now = utc_now()
+    values, params = [], []
+    for batch, status, sha, files, count, byte_errors, message in rows:
+        values.append(
+            "select %s, %s, %s, cast(%s as int), cast(%s as bigint), cast(%s as bigint), "
+            "cast(%s as timestamp), cast(%s as timestamp), %s, %s"
+        )
+        params += [batch.batch_id, status, sha, files, count, byte_errors, batch.arrived_at, now, message]
+        params.append(source.name)
+    columns = ", ".join(SPARK_LEDGER_ORDER)
+    wh.session.conf.set("spark.sql.sources.partitionOverwriteMode", "dynamic")
+    wh.execute(
+        f"insert overwrite table {ledger} partition (source_name) "
+        f"select {columns} from {ledger} where source_name = %s "
+        f"and batch_id not in ({wh.placeholders(len(ids))}) union all {' union all '.join(values)}",
+        [source.name, *ids, *params],
     )
 
 
@@ -430,7 +501,8 @@ def load_source(
     try:
         with (
             _bounded_memory(wh),
-            _Writers(wh, source, WRITERS, collect) as writers,
+            # Spark: one writer, its statements use the session's cores
+            _Writers(wh, source, 1 if wh.kind == "spark" else WRITERS, collect) as writers,
             contextlib.closing(_checked_in_order(todo, spool)) as checked_batches,
         ):
             for checked, previous in checked_batches:

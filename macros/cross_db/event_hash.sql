@@ -20,6 +20,11 @@
     cast(cast('0x' || substr(md5({{ text }}), 1, 16) as ubigint) >> 1 as bigint)
 {%- endmacro %}
 
+{#- Spark: conv gives the 16 hex digits' unsigned value in decimal digits -#}
+{% macro spark__event_hash(text) -%}
+    cast(floor(cast(conv(substr(md5({{ text }}), 1, 16), 16, 10) as decimal(20, 0)) / 2) as bigint)
+{%- endmacro %}
+
 {% macro postgres__event_hash(text) -%}
     ((('x' || substr(md5({{ text }}), 1, 16))::bit(64) >> 1)::bigint)
 {%- endmacro %}

@@ -57,7 +57,7 @@
     {%- set patterns = dayclose.contract_patterns() -%}
     coalesce(
         case
-            when strpos({{ line }}, chr(92)) = 0
+            when position(chr(92) in {{ line }}) = 0
                 then {{ dayclose.regexp_full(line, patterns.flat_object_without_escapes) }}
             else {{ dayclose.regexp_full(line, patterns.flat_object) }}
         end,
@@ -79,7 +79,8 @@
         when not {{ dayclose.regexp_has(line, patterns.starts_object) }} then 'not a JSON object'
         when not {{ dayclose.regexp_has(line, patterns.ends_object) }} then 'invalid JSON: truncated (no closing brace)'
         when {{ dayclose.regexp_has(line, patterns.nul_escape) }}
-            then 'a string holds the escape \u0000 (NUL), which no field may hold'
+            {# the backslash by chr(92): Spark's string literals read \u0000 as an escape #}
+            then {{ dbt.concat(["'a string holds the escape '", 'chr(92)', "'u0000 (NUL), which no field may hold'"]) }}
         when {{ dayclose.regexp_has(line, patterns.surrogate_escape) }}
             then 'a string holds an unpaired surrogate escape (not Unicode text)'
         when {{ dayclose.regexp_has(line, patterns.not_a_number) }} then 'NaN and Infinity are not JSON numbers'
@@ -244,6 +245,38 @@
 
 
 {#
+    Spark: the members of a flat object read by one regular expression, left to right (the line
+    matched the grammar, so each match is a key and its value as written); from_json into a map
+    would refuse a line that repeats a key. A repeated or unknown key: the least, as on Postgres.
+#}
+{% macro spark__json_object_tokens(relation, fields) -%}
+    {%- set ws = dayclose.contract_patterns().blank -%}
+    {%- set member = '"([^"\\\\]*)"' ~ ws ~ ':' ~ ws ~ '("[^"\\\\]*(?:\\\\.[^"\\\\]*)*"|[^,}" \\t\\n\\r]+)' -%}
+    {%- set name_list = "array('" ~ fields | join("', '") ~ "')" -%}
+    select
+        *,
+        size(keys) as key_count,
+        size(array_distinct(keys)) as distinct_key_count,
+        array_min(filter(array_distinct(keys), k -> size(filter(keys, j -> j = k)) > 1)) as duplicated_key,
+        array_min(filter(keys, k -> not array_contains({{ name_list }}, k))) as unknown_key,
+        nullif(array_join(array_sort(array_distinct(filter(keys, k -> not array_contains({{ name_list }}, k)))), ', '), '')
+            as new_fields,
+        {%- for name in fields %}
+        case
+            when array_contains(keys, '{{ name }}') then element_at(tokens, cast(array_position(keys, '{{ name }}') as int))
+        end as token_{{ name }}{{ ',' if not loop.last }}
+        {%- endfor %}
+    from (
+        select
+            *,
+            case when is_flat_object then regexp_extract_all(raw_line, '{{ member | replace('\\', '\\\\') }}', 1) else array() end as keys,
+            case when is_flat_object then regexp_extract_all(raw_line, '{{ member | replace('\\', '\\\\') }}', 2) else array() end as tokens
+        from {{ relation }}
+    ) as parsed
+{%- endmacro %}
+
+
+{#
     SQL: the token of a field of `kind` keeps its kind's rule (true or false; null only for a
     null token). `is_plain`: SQL saying the token is known to match its kind's expression (a
     plain line's, is_plain_json_line): only the rest of the rule is checked. The kinds:
@@ -314,7 +347,7 @@
     {%- elif kind == 'sequence' -%}
         cast({{ token }} as bigint)
     {%- elif kind == 'number' -%}
-        cast({{ token }} as double precision)
+        cast({{ token }} as {{ dayclose.type_double() }})
     {%- elif kind == 'timestamp' -%}
         {{ dayclose.utc_timestamp(token) }}
     {%- endif -%}
@@ -349,6 +382,22 @@
         end
     {%- endset -%}
     cast({{ dbt.dateadd('minute', '-1 * (' ~ offset_minutes ~ ')', local) }} as {{ dbt.type_timestamp() }})
+{%- endmacro %}
+
+{#- Spark: the local time less the offset by timestampadd (dbt's dateadd there drops the fraction) -#}
+{% macro spark__utc_timestamp(token) -%}
+    {%- set is_utc = "upper(substr(" ~ token ~ ", length(" ~ token ~ ") - 1, 1)) = 'Z'" -%}
+    {%- set fraction = "case when substr(" ~ token ~ ", 21, 1) = '.' then substr(" ~ token ~ ", 21, least(7, length(" ~ token ~ ") - case when " ~ is_utc ~ " then 22 else 27 end)) else '' end" -%}
+    {%- set local = "cast(concat(substr(" ~ token ~ ", 2, 10), ' ', substr(" ~ token ~ ", 13, 8), " ~ fraction ~ ") as timestamp)" -%}
+    timestampadd(minute, -1 * (
+        case
+            when {{ is_utc }} then 0
+            else
+                (case when substr({{ token }}, length({{ token }}) - 6, 1) = '-' then -1 else 1 end)
+                * (cast(substr({{ token }}, length({{ token }}) - 5, 2) as integer) * 60
+                    + cast(substr({{ token }}, length({{ token }}) - 2, 2) as integer))
+        end
+    ), {{ local }})
 {%- endmacro %}
 
 {% macro duckdb__utc_timestamp(token) -%}

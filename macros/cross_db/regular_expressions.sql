@@ -18,6 +18,11 @@
     ({{ expression }} ~ '^(?:{{ pattern }})$')
 {%- endmacro %}
 
+{#- Spark: Java's regular expressions; a string literal's backslashes are escapes there, so doubled -#}
+{% macro spark__regexp_full(expression, pattern) -%}
+    ({{ expression }} rlike '^(?:{{ pattern | replace('\\', '\\\\') }})$')
+{%- endmacro %}
+
 
 {# SQL: `pattern` occurs somewhere in `expression`. #}
 {% macro regexp_has(expression, pattern) -%}
@@ -30,4 +35,8 @@
 
 {% macro postgres__regexp_has(expression, pattern) -%}
     ({{ expression }} ~ '{{ pattern }}')
+{%- endmacro %}
+
+{% macro spark__regexp_has(expression, pattern) -%}
+    ({{ expression }} rlike '{{ pattern | replace('\\', '\\\\') }}')
 {%- endmacro %}

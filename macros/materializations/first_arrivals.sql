@@ -26,7 +26,8 @@
     the same transaction.
 #}
 {% macro delete_rebuilt_days(source_name, date_column) %}
-    {%- if is_incremental() -%}
+    {#- Spark: nothing (its parquet tables take no delete); the model overwrites the days' partitions -#}
+    {%- if is_incremental() and target.type != 'spark' -%}
         {%- set rebuilt = dayclose.rebuilt_range(source_name) -%}
         delete from {{ this }}
         where {{ date_column }} >= cast('{{ rebuilt[0] }}' as date) and {{ date_column }} < cast('{{ rebuilt[1] }}' as date)

@@ -6,11 +6,13 @@
     line_daily_units add these up.
 #}
 {#- day batches: a run of equal readings is followed within its batch (one day) -#}
+{#- Spark: dbt-spark's microbatch overwrites the batch's day partitions (dynamic partition overwrite) -#}
 {{
     config(
         materialized='incremental',
         incremental_strategy='microbatch',
         event_time='production_date',
+        partition_by='production_date' if target.type == 'spark' else none,
         batch_size='day',
         begin=dayclose.microbatch_begin(),
         lookback=dayclose.window_days('units'),

@@ -4,11 +4,13 @@
     consecutive units). For operators' follow-up and for the gate that a producing line never
     reports zero units unnoticed.
 #}
+{#- Spark: dbt-spark's microbatch overwrites the batch's day partitions (dynamic partition overwrite) -#}
 {{
     config(
         materialized='incremental',
         incremental_strategy='microbatch',
         event_time='production_date',
+        partition_by='production_date' if target.type == 'spark' else none,
         batch_size=dayclose.microbatch_batch_size(),
         begin=dayclose.microbatch_begin(),
         lookback=dayclose.window_days('units'),

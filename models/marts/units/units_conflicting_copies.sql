@@ -9,10 +9,12 @@
     (a copy whose production time differs from its first arrival's; most nights none), its rows on
     other days.
 #}
+{#- Spark (no delete on parquet): the rebuilt days' partitions overwritten whole (insert_overwrite) -#}
 {{
     config(
         materialized='incremental',
-        incremental_strategy='append',
+        incremental_strategy='insert_overwrite' if target.type == 'spark' else 'append',
+        partition_by='production_date' if target.type == 'spark' else none,
         event_time='production_date',
         pre_hook="{{ dayclose.delete_rebuilt_days('units', 'production_date') }}",
         on_schema_change='fail',

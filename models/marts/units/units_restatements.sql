@@ -133,7 +133,7 @@ batch_lists as (
         production_date,
         sku,
         version_number,
-        {{ dbt.listagg('batch_id', "', '", 'order by batch_id') }} as caused_by_batches
+        {{ dayclose.ordered_listagg('batch_id', "', '", 'order by batch_id') }} as caused_by_batches
 
     from causing_batches
     group by production_date, sku, version_number
