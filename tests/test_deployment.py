@@ -31,6 +31,8 @@ from dayclose.settings import PROJECT_DIR, Target, resolve_target
 from tests.helpers import table
 from tests.prefect_stack import PrefectStack
 
+pytestmark = pytest.mark.xdist_group("deployment")  # one worker builds the module's fixture, once
+
 AS_OF = "2026-11-25T00:30"
 SALES = "dayclose-sales-nightly/sales-nightly"
 

@@ -14,6 +14,8 @@ import pytest
 
 from dayclose.settings import PROJECT_DIR
 
+pytestmark = pytest.mark.xdist_group("project_shape")  # one worker builds the module's fixture, once
+
 MACRO_FOLDERS = {"macros/cross_db", "macros/materializations", "macros/run_context"}
 MAX_MACRO_DEPTH = 3
 

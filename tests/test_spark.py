@@ -32,10 +32,13 @@ from tests import contract_oracle as oracle
 from tests.helpers import sale, split_lines, stored_lines, table, unit, write_batch, write_raw_batch
 from tests.test_contract import HOUR, RECEIVED_BY, SALES_CORPUS, UNITS_CORPUS, corpus_files
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("pyspark") is None or shutil.which("java") is None,
-    reason="the spark target needs pyspark (pip install 'dayclose[spark]') and Java 17",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        importlib.util.find_spec("pyspark") is None or shutil.which("java") is None,
+        reason="the spark target needs pyspark (pip install 'dayclose[spark]') and Java 17",
+    ),
+    pytest.mark.xdist_group("spark"),  # one worker builds the module's fixture, once
+]
 
 AS_OF = datetime(2026, 11, 26, 0, 30)
 REDELIVERED = "2026-11-23T12"  # a batch loaded, then delivered again with a new manifest

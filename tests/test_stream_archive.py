@@ -35,6 +35,8 @@ from tests.stream_fixtures import (
     stream_server,
 )
 
+pytestmark = pytest.mark.xdist_group("stream_archive")  # one worker builds the module's fixture, once
+
 HOUR_MS = 3_600_000
 H0 = 1_795_996_800_000  # 2026-11-30T00:00:00Z
 
