@@ -43,6 +43,10 @@ pytestmark = [
 AS_OF = datetime(2026, 11, 26, 0, 30)
 REDELIVERED = "2026-11-23T12"  # a batch loaded, then delivered again with a new manifest
 RESTATED = (date(2026, 11, 23), date(2026, 11, 24))
+GONE_AGAIN = [
+    "not a sale",
+    sale("2026-11-23T11-0", "S-001", "2026-11-23T11:00:00Z", "2026-11-23T12:30:00Z", "99.25"),
+]
 # columns that say when or by which run, not what: they differ between any two runs
 VOLATILE = {"batch_loaded_at", "loaded_at", "run_id", "recorded_at"}
 
@@ -63,7 +67,10 @@ def write_landing(landing: Path) -> dict[str, dict[str, bytes]]:
             [
                 sale(f"{hour}-{i}", "S-001", f"{hour}:0{i}:00Z", f"{hour}:0{i}:30Z", f"{i}.25")
                 for i in range(5)
-            ],
+            ]
+            # REDELIVERED's first version also has a dead letter and a conflicting copy (of an
+            # earlier batch's sale, on 2026-11-23), which its second version no longer has
+            + (GONE_AGAIN if hour == REDELIVERED else []),
         )
         write_batch(
             landing,
@@ -84,7 +91,8 @@ def write_landing(landing: Path) -> dict[str, dict[str, bytes]]:
 
 
 def redeliver(landing: Path) -> None:
-    """REDELIVERED again, with other lines (one more, one changed): a new manifest."""
+    """REDELIVERED again, with other lines (one more, one changed, no dead letter, no conflicting
+    copy): a new manifest."""
     folder = landing / "sales" / f"arrived={REDELIVERED}"
     shutil.rmtree(folder)
     lines = [
@@ -284,7 +292,7 @@ def test_spark_decodes_reasons_values_and_counts_cell_for_cell_as_duckdb(built: 
 def test_a_redelivered_batch_replaces_its_lines_and_their_decoding_on_spark(built: dict) -> None:
     before = [r for r in built["spark", "first rows"]["int_sale_lines_validated"] if r[0] == REDELIVERED]
     after = [r for r in built["spark", "again rows"]["int_sale_lines_validated"] if r[0] == REDELIVERED]
-    assert (len(before), len(after)) == (5, 6)
+    assert (len(before), len(after)) == (5 + len(GONE_AGAIN), 6)
     assert {r[8] for r in after} == {"S-002"}  # shop_id: the new version's, nothing of the old one
     ledger = {r[1]: r for r in built["spark", "again rows"]["load_ledger"] if r[0] == "sales"}
     assert ledger[REDELIVERED][5] == "6"
@@ -300,3 +308,20 @@ def test_the_spark_warehouse_and_metastore_live_under_the_state_folder(built: di
         assert wh.scalar("select current_timezone()") == "UTC"
     assert json.loads((spark.dbt_target_dir / "run_results.json").read_text())["args"]["target"] == "spark"
     assert not (Path.cwd() / "metastore_db").exists()
+
+
+def test_rows_of_a_batch_or_day_the_rebuild_no_longer_returns_are_gone_on_every_engine(built: dict) -> None:
+    """The re-delivered batch has no dead letters any more, and the restated day 2026-11-23 no
+    conflicting copy: their counts and copies go (on Spark, partitions the insert overwrite
+    would not touch: the pre_hooks drop them), on both engines alike."""
+    for engine in ("duckdb", "spark"):
+        first, again = built[engine, "first rows"], built[engine, "again rows"]
+        counts = [
+            [r for r in rows["sales_dead_letter_counts"] if r[0] == REDELIVERED] for rows in (first, again)
+        ]
+        assert counts == [[(REDELIVERED, "2026-11-23", "not_json_object", "1")], []], engine
+        copies = [
+            [r for r in rows["published sales_conflicting_copies"] if REDELIVERED in r]
+            for rows in (first, again)
+        ]
+        assert (len(copies[0]), copies[1]) == (1, []), engine

@@ -6,13 +6,15 @@
     line_daily_units add these up.
 #}
 {#- day batches: a run of equal readings is followed within its batch (one day) -#}
-{#- Spark: dbt-spark's microbatch overwrites the batch's day partitions (dynamic partition overwrite) -#}
+{#- Spark: dbt-spark's microbatch overwrites the batch's day partitions (dynamic partition overwrite);
+    the pre_hook drops the run's rebuilt days first: a day the select no longer returns keeps none -#}
 {{
     config(
         materialized='incremental',
         incremental_strategy='microbatch',
         event_time='production_date',
         partition_by='production_date' if target.type == 'spark' else none,
+        pre_hook="{{ dayclose.delete_rebuilt_days('units', 'production_date') if target.type == 'spark' }}",
         batch_size='day',
         begin=dayclose.microbatch_begin(),
         lookback=dayclose.window_days('units'),

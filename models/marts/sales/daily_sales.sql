@@ -5,13 +5,15 @@
     arrival (int_sales_deduplicated). Each row tells readers how far to trust its day:
     can_still_change, expected_share_complete, age_hours, built_as_of.
 #}
-{#- Spark: dbt-spark's microbatch overwrites the batch's day partitions (dynamic partition overwrite) -#}
+{#- Spark: dbt-spark's microbatch overwrites the batch's day partitions (dynamic partition overwrite);
+    the pre_hook drops the run's rebuilt days first: a day the select no longer returns keeps none -#}
 {{
     config(
         materialized='incremental',
         incremental_strategy='microbatch',
         event_time='sale_date',
         partition_by='sale_date' if target.type == 'spark' else none,
+        pre_hook="{{ dayclose.delete_rebuilt_days('sales', 'sale_date') if target.type == 'spark' }}",
         batch_size=dayclose.microbatch_batch_size(),
         begin=dayclose.microbatch_begin(),
         lookback=dayclose.window_days('sales'),

@@ -9,7 +9,7 @@
     (a copy whose sale time differs from its first arrival's; most nights none), its rows on
     other days.
 #}
-{#- Spark (no delete on parquet): the rebuilt days' partitions overwritten whole (insert_overwrite) -#}
+{#- Spark (no delete on parquet): the pre_hook drops the rebuilt days' partitions, insert_overwrite writes them -#}
 {{
     config(
         materialized='incremental',

@@ -4,13 +4,15 @@
     consecutive units). For operators' follow-up and for the gate that a producing line never
     reports zero units unnoticed.
 #}
-{#- Spark: dbt-spark's microbatch overwrites the batch's day partitions (dynamic partition overwrite) -#}
+{#- Spark: dbt-spark's microbatch overwrites the batch's day partitions (dynamic partition overwrite);
+    the pre_hook drops the run's rebuilt days first: a day the select no longer returns keeps none -#}
 {{
     config(
         materialized='incremental',
         incremental_strategy='microbatch',
         event_time='production_date',
         partition_by='production_date' if target.type == 'spark' else none,
+        pre_hook="{{ dayclose.delete_rebuilt_days('units', 'production_date') if target.type == 'spark' }}",
         batch_size=dayclose.microbatch_batch_size(),
         begin=dayclose.microbatch_begin(),
         lookback=dayclose.window_days('units'),
