@@ -43,9 +43,9 @@ def run_lock(target: Target, job: str, timeout: float = 0.0, poll: float = 0.5) 
 
     Yields a check to call before a step that must not run without the lock (publication),
     and to tell a failed step from a lost server: it raises Unavailable, naming the step,
-    when the lock was lost under the run. A
-    Postgres session that ended (a failover, an admin) took its advisory lock with it, and
-    another run may have started since; a file lock cannot be lost while its process lives.
+    when the lock was lost under the run. A Postgres session that ended (a failover, an
+    admin) took its advisory lock with it, and another run may have started since; a file
+    lock (DuckDB, Spark in the process) cannot be lost while its process lives.
     """
     if target.duckdb_path is not None or target.name == "spark":
         with _file_lock(target, job, timeout, poll):
