@@ -91,13 +91,14 @@ def write_landing(landing: Path) -> dict[str, dict[str, bytes]]:
 
 
 def redeliver(landing: Path) -> None:
-    """REDELIVERED again, with other lines (one more, one changed, no dead letter, no conflicting
-    copy): a new manifest."""
+    """REDELIVERED again, with other lines (sale -0 gone, whose first arrival then vanishes from
+    the registry; -1 .. -4 changed; -5 and -6 new; no dead letter, no conflicting copy): a new
+    manifest."""
     folder = landing / "sales" / f"arrived={REDELIVERED}"
     shutil.rmtree(folder)
     lines = [
         sale(f"{REDELIVERED}-{i}", "S-002", f"{REDELIVERED}:1{i}:00Z", f"{REDELIVERED}:1{i}:30Z")
-        for i in range(6)
+        for i in range(1, 7)
     ]
     write_raw_batch(landing, "sales", REDELIVERED, {"part-0000.jsonl": "\n".join(lines).encode() + b"\n"})
 
@@ -125,7 +126,10 @@ def snapshot(target: Target) -> dict[str, list[tuple]]:
         "unit_lines": rows(f"select {lines} from {{landing}}.unit_lines"),
         "load_ledger": rows(f"select {ledger} from {{landing}}.load_ledger"),
     }
-    for entity, name in (("sale", "sales"), ("unit", "units")):
+    for entity, name, key in (("sale", "sales", "event_id"), ("unit", "units", "line_id, plc_seq")):
+        registry = f"int_{name}_deduplicated"
+        columns = f"{key}, batch_id, file_name, line_number, event_hash"
+        found[registry] = rows(f"select {columns} from {{schema}}.{registry}")
         fields = ", ".join(oracle.FIELDS[name])
         found[f"int_{entity}_lines_validated"] = rows(
             "select batch_id, file_name, line_number, is_valid, dead_letter_kind, dead_letter_reason, "
@@ -296,6 +300,23 @@ def test_a_redelivered_batch_replaces_its_lines_and_their_decoding_on_spark(buil
     assert {r[8] for r in after} == {"S-002"}  # shop_id: the new version's, nothing of the old one
     ledger = {r[1]: r for r in built["spark", "again rows"]["load_ledger"] if r[0] == "sales"}
     assert ledger[REDELIVERED][5] == "6"
+
+
+def test_the_registry_rewrites_the_days_of_revised_and_vanished_sales_on_spark(built: dict) -> None:
+    """On Spark the registry is incremental too (first_arrivals rewrites the touched days'
+    partitions): after the re-delivery each sale of the new version is registered at its line
+    there, sale -0 (no copy left) is gone, and the rest of the registry is as it was."""
+    first, again = (built["spark", step]["int_sales_deduplicated"] for step in ("first rows", "again rows"))
+    was = {r[0]: r[1:4] for r in first if r[1] == REDELIVERED}
+    now = {r[0]: r[1:4] for r in again if r[1] == REDELIVERED}
+    assert sorted(was) == [f"{REDELIVERED}-{i}" for i in range(5)]
+    assert now == {f"{REDELIVERED}-{i}": (REDELIVERED, "part-0000.jsonl", str(i)) for i in range(1, 7)}
+    assert [r for r in first if r[1] != REDELIVERED] == [r for r in again if r[1] != REDELIVERED]
+    assert again == built["duckdb", "again rows"]["int_sales_deduplicated"]
+    spark = built["targets"]["spark"]
+    with Warehouse(spark) as wh:
+        partitions = {r[0] for r in wh.query(f"show partitions {spark.schema}.int_sales_deduplicated")}
+    assert "sale_date=2026-11-23" in partitions
 
 
 def test_the_spark_warehouse_and_metastore_live_under_the_state_folder(built: dict) -> None:
