@@ -32,11 +32,12 @@ def _latest(prefix: str) -> list[Path]:
 
 
 def _load(paths: list[Path]) -> dict[str, list[dict]]:
-    out: dict[str, list[dict]] = {"sales": [], "units": [], "peer": []}
+    out: dict[str, list[dict]] = {"sales": [], "units": [], "peer": [], "spark": []}
     for p in paths:
         doc = json.loads(p.read_text())
         doc["_file"] = p.name
-        kind = "peer" if "cases" in doc else "units" if "landing" in doc else "sales"
+        kind = "spark" if p.name.startswith("bench-spark") else "peer" if "cases" in doc else None
+        kind = kind or ("units" if "landing" in doc else "sales")
         out[kind].append(doc)
     return out
 
@@ -226,6 +227,55 @@ def peer_tables(docs: list[dict]) -> str:
     return render(merged)
 
 
+def spark_tables(docs: list[dict]) -> str:
+    """The units night on Spark local[1] and local[2] beside DuckDB, from the newest run."""
+    doc = docs[-1]
+    cases, f = doc["cases"], doc.get("figures", {})
+    cols = list(cases)
+    rows = [
+        (
+            "lines loaded (2 days, with replays, retries and garbage)",
+            [cases[c]["lines"] for c in cols],
+            "{:,}",
+        ),
+        (
+            "JVM and session start (s)",
+            [cases[c]["start_s"] if c != "duckdb" else None for c in cols],
+            "{:.1f}",
+        ),
+        ("load of the window (s)", [cases[c]["load_s"] for c in cols], "{:.1f}"),
+        ("night: every units model and gate, publish (s)", [cases[c]["night_s"] for c in cols], "{:.1f}"),
+        ("  of which the dbt build (s)", [cases[c]["build_s"] for c in cols], "{:.1f}"),
+        (
+            "lines per second per core, load and night",
+            [
+                cases[c]["lines"] / (cases[c]["load_s"] + cases[c]["night_s"]) / (1 if c == "spark-1" else 2)
+                for c in cols
+            ],
+            "{:,.0f}",
+        ),
+        (
+            "peak memory of the process tree, JVM included (GB)",
+            [cases[c]["peak_rss_gb"] for c in cols],
+            "{:.2f}",
+        ),
+        ("load average at the case's end", [cases[c]["load"] for c in cols], "{}"),
+    ]
+    out = [table([f"units night, {doc['args']['units_per_day']:,} units/day"] + cols, rows)]
+    out.append(
+        "\nSpark's speed-up from one core to two (load and night; goal >= 1.6x): "
+        f"**{_fmt(f.get('spark_speedup_1_to_2_cores'), '{:.2f}x')}**. Spark local[2] against DuckDB "
+        f"(goal within 3x): **{_fmt(f.get('spark_2_vs_duckdb'), '{:.1f}x')}**. Cores for 4 billion "
+        f"readings within a 2-hour window at local[2]'s lines per second per core: "
+        f"**{_fmt(f.get('cluster_cores_for_4e9_in_2h'), '{:,.0f}')}** (assumptions: docs/spark.md)."
+    )
+    return "\n".join(out)
+
+
+def _fmt(value, pattern: str) -> str:
+    return "-" if value is None else pattern.format(value)
+
+
 BENCHMARKS = (
     (
         "units",
@@ -247,6 +297,16 @@ BENCHMARKS = (
         "hand-written statement. (c) the loader against the engine's bare bulk load. (d) the loading "
         "process's peak memory. (e) a corrected batch of 200,000 sales.",
         sales_tables,
+    ),
+    (
+        "spark",
+        "bench-spark",
+        "The units night on Apache Spark (`python -m bench.spark`)",
+        "Two days of seed 003's production (units a day as stated, with replays, retries, duplicates "
+        "and garbage) landed once; each case in a process of its own and a fresh warehouse: the load "
+        "of the window and the night (every units model and gate, publish), on DuckDB and on Spark "
+        "in-process with one and with two cores; daily_good_units equal in every case.",
+        spark_tables,
     ),
     (
         "peer",
@@ -300,9 +360,16 @@ def main() -> None:
         Path(args[1]).write_text(page())
         print(f"written: {args[1]}")
         return
-    paths = [Path(a) for a in args] or _latest("bench-sales") + _latest("bench-units") + _latest("bench-peer")
+    prefixes = ("bench-sales", "bench-units", "bench-spark", "bench-peer")
+    paths = [Path(a) for a in args] or [p for prefix in prefixes for p in _latest(prefix)]
     docs = _load(paths)
-    for kind, render in (("sales", sales_tables), ("units", units_tables), ("peer", peer_tables)):
+    renders = (
+        ("sales", sales_tables),
+        ("units", units_tables),
+        ("spark", spark_tables),
+        ("peer", peer_tables),
+    )
+    for kind, render in renders:
         if docs[kind]:
             print(
                 f"### {kind} ({', '.join(d['_file'] for d in docs[kind])}; "
