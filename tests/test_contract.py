@@ -86,6 +86,8 @@ SALES_CORPUS: list[tuple[str, bytes, str | None, str]] = [
     ("amount with a leading zero", sale_line().replace(b'"12.50"', b"012.50"), "not_json_object", ""),
     ("amount -00", sale_line().replace(b'"12.50"', b"-00"), "not_json_object", ""),
     ("CRLF line end", sale_line(event_id="ok-4") + b"\r", None, ""),
+    # U+0085 (NEL) is no JSON blank; Java's $ (Spark's regular expressions) took it for a line end
+    ("NEL after the object", sale_line(event_id="nel-1") + "\u0085".encode(), "not_json_object", ""),
     ("whitespace around", b" \t" + sale_line(event_id="ok-5") + b"  ", None, ""),
     ("a valid line of 3 MB", sale_line(event_id="ok-6").replace(b", ", b"," + b" " * 600_000), None, ""),
     (

@@ -98,17 +98,28 @@
     every line. Such a line needs none of the general checks (the object's shape, its keys, each
     token's expression) but an id's length and a sequence's range (token_is_valid with
     `is_plain`); any other line takes the general path to the same verdict.
-    DuckDB tests it in one match, cheaper than the general path's several; other engines take the general path for every line (false).
+    DuckDB and Spark test it in one match, cheaper than the general path's several. Postgres
+    takes the general path for every line (false): the match was not measured there.
 #}
 {% macro is_plain_json_line(line, fields) -%}
-    {{ return(adapter.dispatch('is_plain_json_line', 'dayclose')(line, fields)) }}
+    {%- if adapter.dispatch('matches_plain_lines', 'dayclose')() -%}
+        coalesce({{ dayclose.regexp_full(line, dayclose.plain_json_line_pattern(fields)) }}, false)
+    {%- else -%}
+        false
+    {%- endif -%}
 {%- endmacro %}
 
-{% macro default__is_plain_json_line(line, fields) -%}
-    false
+{#- whether is_plain_json_line matches lines on this engine (not on Postgres) -#}
+{% macro default__matches_plain_lines() -%}
+    {{ return(true) }}
 {%- endmacro %}
 
-{% macro duckdb__is_plain_json_line(line, fields) -%}
+{% macro postgres__matches_plain_lines() -%}
+    {{ return(false) }}
+{%- endmacro %}
+
+{#- the regular expression of a plain line of `fields` (is_plain_json_line) -#}
+{% macro plain_json_line_pattern(fields) -%}
     {%- set patterns = dayclose.contract_patterns() -%}
     {%- set ws = patterns.blank -%}
     {%- set members = [] -%}
@@ -116,8 +127,7 @@
         {%- set value = patterns.decimal_as_json if kind == 'decimal' else patterns[kind] -%}
         {%- do members.append('"' ~ name ~ '"' ~ ws ~ ':' ~ ws ~ '(?:' ~ value ~ ')') -%}
     {%- endfor -%}
-    {%- set pattern = ws ~ '\\{' ~ ws ~ members | join(ws ~ ',' ~ ws) ~ ws ~ '\\}' ~ ws -%}
-    coalesce(regexp_full_match({{ line }}, '{{ pattern }}'), false)
+    {{ return(ws ~ '\\{' ~ ws ~ members | join(ws ~ ',' ~ ws) ~ ws ~ '\\}' ~ ws) }}
 {%- endmacro %}
 
 
@@ -248,6 +258,8 @@
     Spark: the members of a flat object read by one regular expression, left to right (the line
     matched the grammar, so each match is a key and its value as written); from_json into a map
     would refuse a line that repeats a key. A repeated or unknown key: the least, as on Postgres.
+    A plain line's keys are the fields, in their order: only its values are read, and the
+    lambdas that look for a repeated or unknown key do not run.
 #}
 {% macro spark__json_object_tokens(relation, fields) -%}
     {%- set ws = dayclose.contract_patterns().blank -%}
@@ -256,20 +268,32 @@
     select
         *,
         size(keys) as key_count,
-        size(array_distinct(keys)) as distinct_key_count,
-        array_min(filter(array_distinct(keys), k -> size(filter(keys, j -> j = k)) > 1)) as duplicated_key,
-        array_min(filter(keys, k -> not array_contains({{ name_list }}, k))) as unknown_key,
-        nullif(array_join(array_sort(array_distinct(filter(keys, k -> not array_contains({{ name_list }}, k)))), ', '), '')
-            as new_fields,
+        case when is_plain_line then size(keys) else size(array_distinct(keys)) end as distinct_key_count,
+        case
+            when not is_plain_line
+                then array_min(filter(array_distinct(keys), k -> size(filter(keys, j -> j = k)) > 1))
+        end as duplicated_key,
+        case
+            when not is_plain_line then array_min(filter(keys, k -> not array_contains({{ name_list }}, k)))
+        end as unknown_key,
+        case
+            when not is_plain_line
+                then nullif(array_join(array_sort(array_distinct(filter(keys, k -> not array_contains({{ name_list }}, k)))), ', '), '')
+        end as new_fields,
         {%- for name in fields %}
         case
+            when is_plain_line then element_at(tokens, {{ loop.index }})
             when array_contains(keys, '{{ name }}') then element_at(tokens, cast(array_position(keys, '{{ name }}') as int))
         end as token_{{ name }}{{ ',' if not loop.last }}
         {%- endfor %}
     from (
         select
             *,
-            case when is_flat_object then regexp_extract_all(raw_line, '{{ member | replace('\\', '\\\\') }}', 1) else array() end as keys,
+            case
+                when is_plain_line then {{ name_list }}
+                when is_flat_object then regexp_extract_all(raw_line, '{{ member | replace('\\', '\\\\') }}', 1)
+                else array()
+            end as keys,
             case when is_flat_object then regexp_extract_all(raw_line, '{{ member | replace('\\', '\\\\') }}', 2) else array() end as tokens
         from {{ relation }}
     ) as parsed

@@ -18,9 +18,13 @@
     ({{ expression }} ~ '^(?:{{ pattern }})$')
 {%- endmacro %}
 
-{#- Spark: Java's regular expressions; a string literal's backslashes are escapes there, so doubled -#}
+{#-
+    Spark: Java's regular expressions; a string literal's backslashes are escapes there, so
+    doubled. Java's $ also matches before a line terminator that ends the text (U+0085 and
+    U+2028 among them), so the end of the text is \z here.
+-#}
 {% macro spark__regexp_full(expression, pattern) -%}
-    ({{ expression }} rlike '^(?:{{ pattern | replace('\\', '\\\\') }})$')
+    ({{ expression }} rlike '^(?:{{ pattern | replace('\\', '\\\\') }})\\z')
 {%- endmacro %}
 
 
@@ -37,6 +41,7 @@
     ({{ expression }} ~ '{{ pattern }}')
 {%- endmacro %}
 
+{#- Spark: (?d), Java's UNIX_LINES, makes \n the only line terminator $ may match before -#}
 {% macro spark__regexp_has(expression, pattern) -%}
-    ({{ expression }} rlike '{{ pattern | replace('\\', '\\\\') }}')
+    ({{ expression }} rlike '(?d){{ pattern | replace('\\', '\\\\') }}')
 {%- endmacro %}

@@ -55,8 +55,8 @@ unit_lines as (
 lines as (
 
     -- is_plain_line: written exactly as the contract's writers write a line, as nearly every
-    -- line is, which spares it the general checks (on DuckDB; elsewhere every line is checked
-    -- the general way)
+    -- line is, which spares it the general checks (on DuckDB and Spark; on Postgres every line
+    -- is checked the general way)
     select
         unit_lines.*,
         batch_loads.loaded_at as batch_loaded_at,
