@@ -13,10 +13,16 @@ waits, and the follow-up runs like any scheduled run. After
 DAYCLOSE_WAIT_FOR_MARKERS_MAX_CHECKS follow-ups of the same night it ends Failed. (A flow
 cannot return Scheduled: under a worker that ends Crashed, and flow retries sleep in the
 worker's process.) A run whose gates fail ends Failed, naming the gate.
+
+Prefect's engine raises the CancelledRun of a Cancelled state its flow returns, and its flow
+run logger records that as an ERROR with a traceback ("Engine execution exited with
+unexpected exception"). A night waiting for its markers is no error: a logging filter on that
+logger (the standard library's API) turns that one record into an INFO line naming the state.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from collections.abc import Callable
@@ -27,6 +33,7 @@ from typing import Any
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.context import get_run_context
+from prefect.exceptions import CancelledRun
 from prefect.states import Cancelled, Completed, Failed, State
 from prefect.tasks import exponential_backoff
 
@@ -42,6 +49,22 @@ BACKOFF_SECONDS = float(os.environ.get("DAYCLOSE_RETRY_BACKOFF_SECONDS", "10"))
 WAIT_MINUTES = float(os.environ.get("DAYCLOSE_WAIT_FOR_MARKERS_MINUTES", "15"))
 MAX_CHECKS = int(os.environ.get("DAYCLOSE_WAIT_FOR_MARKERS_MAX_CHECKS", "24"))
 AWAITING = "AwaitingMarkers"
+WAITING = "waiting for _SUCCESS"  # how an AwaitingMarkers state's message starts
+
+
+class AwaitingMarkersIsNoError(logging.Filter):
+    """The engine's ERROR record of the CancelledRun of an AwaitingMarkers state, as an INFO line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, CancelledRun) and str(error).startswith(WAITING):
+            record.levelno, record.levelname = logging.INFO, "INFO"
+            record.msg, record.args = f"the run ends Cancelled ({AWAITING}): {error}", None
+            record.exc_info = record.exc_text = None
+        return True
+
+
+logging.getLogger("prefect.flow_runs").addFilter(AwaitingMarkersIsNoError())
 
 
 def task_step(name: str, fn: Callable[..., Any], *args: Any) -> Any:
@@ -154,7 +177,7 @@ def _awaiting_markers(summary: RunSummary) -> State:
     import prefect.runtime.flow_run
 
     waiting = (
-        f"waiting for _SUCCESS of {len(summary.missing_markers)} arrival hours "
+        f"{WAITING} of {len(summary.missing_markers)} arrival hours "
         f"({pending_summary(summary.missing_markers)}); nothing built or published"
     )
     night = f"{summary.kind}-{summary.job}-{summary.as_of:%Y%m%dT%H%M}"

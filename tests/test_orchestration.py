@@ -145,6 +145,29 @@ def test_missing_marker_means_no_publication_and_no_success(
     assert (status, bool(was_published)) == ("waiting for completeness markers", False)
 
 
+def test_the_engines_error_record_of_a_waiting_night_is_an_info_line() -> None:
+    """Prefect's engine records the CancelledRun it raises for a returned Cancelled state as an
+    ERROR with a traceback (under a worker, in the run's logs): a waiting night's becomes INFO,
+    any other stays an error."""
+    from prefect.exceptions import CancelledRun
+
+    waiting = "waiting for _SUCCESS of 1 arrival hours (2026-11-23T14); nothing built or published"
+    with Records() as records:
+        for message in (waiting, "Run cancelled."):
+            try:
+                raise CancelledRun(message)
+            except CancelledRun:
+                logging.getLogger("prefect.flow_runs").error(
+                    "Engine execution exited with unexpected exception",
+                    exc_info=True,
+                    extra={"send_to_api": False},
+                )
+    assert [(r.levelname, r.getMessage(), r.exc_info is None) for r in records] == [
+        ("INFO", f"the run ends Cancelled (AwaitingMarkers): {waiting}", True),
+        ("ERROR", "Engine execution exited with unexpected exception", False),
+    ]
+
+
 def test_failing_gate_leaves_published_numbers_unchanged(
     prefect_api, engine: Target, landing: Path, week: dict
 ) -> None:
