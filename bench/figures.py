@@ -332,10 +332,11 @@ virtualised machine's speed moves by up to 30% within a session). The streaming 
 
 def _machine(doc: dict) -> str:
     m = doc.get("machine", {})
+    load = m.get("load_at_start")
     return (
         f"{m.get('cores')} cores, {m.get('ram_gib')} GiB, Python {m.get('python')}, "
         f"DuckDB {m.get('duckdb')}, dbt-core {m.get('dbt_core')}, Postgres {m.get('postgres')}; "
-        f"commit {m.get('git_commit')}; load average {m.get('load_at_start')} at the start"
+        f"commit {m.get('git_commit')}; load average {_fmt(load, '{:.2f}')} at the start"
     )
 
 
