@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from dayclose import jobs
 from dayclose.loader import check as check_module
 from dayclose.loader import ensure_landing, load_source, prepass
 from dayclose.loader import load as load_module
@@ -61,6 +62,41 @@ def test_batches_are_written_together_numbered_per_file_and_a_failing_one_is_ref
     )
     for batch_id, number, line in rows:
         assert json.loads(line)["event_id"] == f"{batch_id}/{number}"
+
+
+def test_a_load_that_dies_after_writing_leaves_nothing_and_its_retry_holds_each_line_once(
+    engine: Target, landing: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Incident 004's 2.1x: a load writes its rows, then dies (a serialization failure, a lost
+    session); the scheduler's retry loads again. Nothing of the dead load stays, and the retry
+    holds every line once (its Prefect retry: tests/test_orchestration.py)."""
+    for k, hour in enumerate(HOURS[:3]):
+        write_batch(
+            landing,
+            hour,
+            [sale(f"{hour}/{i}", "S-001", f"{hour}:00:00Z", f"{hour}:01:00Z") for i in range(5 + k)],
+        )
+    real_ingest = load_module.ingest_files
+
+    def ingest_then_die(wh, table_name, files):
+        real_ingest(wh, table_name, files)  # the rows are written ...
+        raise RuntimeError("serializable isolation violation (injected)")  # ... then the load dies
+
+    def lines() -> list[tuple]:
+        with Warehouse(engine) as wh:
+            return wh.query(f"select batch_id, line_number from {engine.landing_schema}.sale_lines")
+
+    monkeypatch.setattr(load_module, "ingest_files", ingest_then_die)
+    with pytest.raises(RuntimeError, match="injected"):
+        jobs.load_step(engine, "sales", landing, ts("2026-11-24T00:30"), None)
+    with Warehouse(engine) as wh:
+        written = wh.relation_exists(engine.landing_schema, "sale_lines")
+    assert not written or lines() == []
+    monkeypatch.setattr(load_module, "ingest_files", real_ingest)
+    for _ in range(2):  # the retry, and the next night's load
+        report = jobs.load_step(engine, "sales", landing, ts("2026-11-24T00:30"), None)
+    assert report.loaded == [] and report.already_loaded == 3
+    assert sorted(lines()) == sorted((h, i) for k, h in enumerate(HOURS[:3]) for i in range(1, 6 + k))
 
 
 def test_groups_are_written_two_at_a_time_each_numbering_its_own_lines(

@@ -62,6 +62,12 @@ def landed_lines(landing: Path, before_hour: str) -> int:
     )
 
 
+# A Prefect flow runs the job code the CLI runs (dayclose.jobs) through prefect-dbt's runner: its
+# cases run on the embedded default; what the engines do differently in them is checked on
+# both without Prefect (tests/test_loader.py, tests/test_reliability.py, tests/test_postgres_agrees.py)
+ON_DUCKDB = pytest.mark.parametrize("engine", ["duckdb"], indirect=True)
+
+
 def published(target: Target) -> dict[str, Decimal]:
     with Warehouse(target) as wh:
         if not wh.relation_exists(f"{target.schema}_published", "daily_sales"):
@@ -72,6 +78,7 @@ def published(target: Target) -> dict[str, Decimal]:
     return {str(d): Decimal(v) for d, v in rows}
 
 
+@ON_DUCKDB
 def test_retry_after_a_partly_written_load_ends_at_1x(
     prefect_api, engine: Target, landing: Path, week: dict, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -122,6 +129,7 @@ class Records(logging.Handler):
         logging.getLogger("prefect").removeHandler(self)
 
 
+@ON_DUCKDB
 def test_missing_marker_means_no_publication_and_no_success(
     prefect_api, engine: Target, landing: Path, week: dict
 ) -> None:
@@ -168,6 +176,7 @@ def test_the_engines_error_record_of_a_waiting_night_is_an_info_line() -> None:
     ]
 
 
+@ON_DUCKDB
 def test_failing_gate_leaves_published_numbers_unchanged(
     prefect_api, engine: Target, landing: Path, week: dict
 ) -> None:
@@ -375,6 +384,7 @@ def test_a_first_build_that_published_nothing_leaves_the_next_run_a_first_build(
     assert ours["2026-11-20"] == week["2026-11-20"]  # every sale of Nov 20 had arrived
 
 
+@pytest.mark.parametrize("engine", ["duckdb"], indirect=True)  # dbt's parse: the same on both engines
 def test_the_build_runs_on_the_parse_made_during_the_load(
     engine: Target, landing: Path, week: dict, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -415,6 +425,7 @@ def test_each_run_parses_once_and_dbt_parses_again_only_what_changed(
     assert full == [True, False, True]  # a new state folder; nothing changed; other --vars
 
 
+@pytest.mark.parametrize("engine", ["duckdb"], indirect=True)  # the job's Python
 def test_a_run_whose_load_fails_leaves_no_parse_behind(
     engine: Target, landing: Path, week: dict, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -427,6 +438,7 @@ def test_a_run_whose_load_fails_leaves_no_parse_behind(
     assert [t.name for t in threading.enumerate() if t.name.startswith("dayclose-dbt")] == []
 
 
+@ON_DUCKDB
 def test_restatement_is_audited(
     prefect_api, engine: Target, landing: Path, week: dict, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -476,9 +488,8 @@ def test_restatement_is_audited(
     assert "Unable to do partial parsing" not in dbt_invocations()[2]
 
 
+@pytest.mark.parametrize("engine", ["postgres"], indirect=True)  # DuckDB has no roles (README)
 def test_readers_role_reads_published_and_nothing_else(engine: Target, landing: Path, week: dict) -> None:
-    if engine.name != "postgres":
-        pytest.skip("DuckDB has no roles; readers get the published schema read-only (README)")
     import psycopg2
 
     assert run_nightly("sales", engine, landing, ts("2026-11-24T00:30"), quiet=True).ok

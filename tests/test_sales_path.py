@@ -1,4 +1,5 @@
-"""The sales path end to end, each scenario on DuckDB and on Postgres."""
+"""The sales path end to end: each scenario on DuckDB, and on Postgres where it runs Postgres
+code of its own (what the models compute alike: tests/test_postgres_agrees.py)."""
 
 from __future__ import annotations
 
@@ -68,6 +69,7 @@ def test_rerun_at_same_as_of_gives_same_table(engine: Target, landing: Path) -> 
     _comments_in_place(engine)
 
 
+@pytest.mark.parametrize("engine", ["duckdb"], indirect=True)  # Postgres: tests/test_postgres_agrees.py
 def test_late_event_lands_in_its_sold_at_day_while_in_window(engine: Target, landing: Path) -> None:
     write_batch(
         landing,
@@ -120,6 +122,9 @@ def test_seed_four_night_timeline(engine: Target, landing: Path) -> None:
     assert lines[1] == f"  warehouse: {engine.describe()}"
 
 
+@pytest.mark.parametrize(
+    "engine", ["duckdb"], indirect=True
+)  # Postgres: the contract corpus (test_contract.py)
 def test_malformed_lines_dead_lettered_with_reasons(engine: Target, landing: Path) -> None:
     ok = sale("ok1", "S-001", "2026-11-23T10:00:00Z", "2026-11-23T10:01:00Z", "25.50")
     bad = {
@@ -163,6 +168,7 @@ def test_malformed_lines_dead_lettered_with_reasons(engine: Target, landing: Pat
     assert sum(summary.dead_letters.values()) == len(bad)
 
 
+@pytest.mark.parametrize("engine", ["duckdb"], indirect=True)  # the loader's Python decides
 def test_incomplete_batch_waits_then_loads(engine: Target, landing: Path) -> None:
     write_batch(
         landing, "2026-11-23T09", [sale("a", "S-002", "2026-11-23T09:10:00Z", "2026-11-23T09:11:00Z", "7.00")]
@@ -185,6 +191,7 @@ def test_incomplete_batch_waits_then_loads(engine: Target, landing: Path) -> Non
     assert daily_sales(engine) == {(MONDAY, "S-002"): (Decimal("15.00"), 2)}
 
 
+@pytest.mark.parametrize("engine", ["duckdb"], indirect=True)  # the loader's Python decides
 def test_manifest_mismatch_refuses_batch_whole(engine: Target, landing: Path) -> None:
     write_batch(
         landing, "2026-11-23T09", [sale("a", "S-003", "2026-11-23T09:10:00Z", "2026-11-23T09:11:00Z", "7.00")]
@@ -216,6 +223,7 @@ def test_manifest_mismatch_refuses_batch_whole(engine: Target, landing: Path) ->
     assert day_total(engine, MONDAY) == Decimal("7.00")
 
 
+@pytest.mark.parametrize("engine", ["duckdb"], indirect=True)  # Postgres: tests/test_postgres_agrees.py
 def test_resends_counted_once(engine: Target, landing: Path) -> None:
     line = sale("r1", "S-004", "2026-11-23T08:00:00Z", "2026-11-23T08:01:00Z", "12.00")
     write_batch(landing, "2026-11-23T08", [line, line])
@@ -481,6 +489,7 @@ PLAIN_DBT_NIGHT = (
 )
 
 
+@pytest.mark.parametrize("engine", ["duckdb"], indirect=True)  # plain dbt's window: the project's
 def test_plain_dbt_repeats_a_night_as_the_readme_says(engine: Target, landing: Path, tmp_path: Path) -> None:
     """The README's plain-dbt command for the night as of 2026-11-25 00:30 rebuilds that
     night's window (2026-11-21 .. 2026-11-24) as `dayclose run` did; without the event-time
@@ -492,8 +501,6 @@ def test_plain_dbt_repeats_a_night_as_the_readme_says(engine: Target, landing: P
 
     from dayclose.settings import PROJECT_DIR, dbt_env
 
-    if engine.name != "duckdb":
-        pytest.skip("plain dbt's window is the project's, the same on both engines")
     generate_sales(landing, date(2026, 11, 18), 7, shops=10, events_per_day=300, seed=8)
     assert run(engine, landing, "2026-11-25T00:30").ok
     query = "select * from {schema}.daily_sales order by sale_date, shop_id"

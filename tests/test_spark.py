@@ -3,9 +3,10 @@ embedded Derby metastore), against DuckDB on the same landing.
 
 One module fixture runs, on each engine, the nights of sales and units over a landing of a
 few generated days plus the contract corpus and lines no text reader takes as they are, then
-restates days after a batch was delivered again with a new manifest (a real local Spark at
-local[2]: a JVM start and every dbt invocation cost seconds there); the tests check what those
-runs left: the same raw lines, dead letters and published numbers, cell for cell.
+restates days after a batch was delivered again with a new manifest (tests/engine_runs.py, as
+tests/test_postgres_agrees.py does for Postgres; a real local Spark at local[2]: a JVM start
+and every dbt invocation cost seconds there); the tests check what those runs left: the same
+raw lines, dead letters and published numbers, cell for cell.
 Skipped where pyspark or Java is missing; `scripts/test` installs both.
 """
 
@@ -13,24 +14,18 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import shutil
-import time
 from collections.abc import Iterator
-from datetime import date, datetime
 from pathlib import Path
 
 import pytest
 
-from dayclose.generate import generate_sales, generate_units
-from dayclose.jobs import restate, run_nightly
-from dayclose.publish import published_relations
-from dayclose.settings import Target, resolve_target
-from dayclose.summary import RunSummary
+from dayclose.settings import resolve_target
 from dayclose.warehouse import Warehouse
 from tests import contract_oracle as oracle
-from tests.helpers import sale, split_lines, stored_lines, table, unit, write_batch, write_raw_batch
-from tests.test_contract import HOUR, RECEIVED_BY, SALES_CORPUS, UNITS_CORPUS, corpus_files
+from tests.engine_runs import GONE_AGAIN, REDELIVERED, run_on, state_in, unequal
+from tests.helpers import split_lines, stored_lines
+from tests.test_contract import HOUR, RECEIVED_BY, SALES_CORPUS, UNITS_CORPUS
 
 pytestmark = [
     pytest.mark.skipif(
@@ -40,167 +35,20 @@ pytestmark = [
     pytest.mark.xdist_group("spark"),  # one worker builds the module's fixture, once
 ]
 
-AS_OF = datetime(2026, 11, 26, 0, 30)
-REDELIVERED = "2026-11-23T12"  # a batch loaded, then delivered again with a new manifest
-RESTATED = (date(2026, 11, 23), date(2026, 11, 24))
-GONE_AGAIN = [
-    "not a sale",
-    sale("2026-11-23T11-0", "S-001", "2026-11-23T11:00:00Z", "2026-11-23T12:30:00Z", "99.25"),
-]
-# columns that say when or by which run, not what: they differ between any two runs
-VOLATILE = {"batch_loaded_at", "loaded_at", "run_id", "recorded_at"}
-
-
-def write_landing(landing: Path) -> dict[str, dict[str, bytes]]:
-    """Two generated days of each source, the contract corpus of each (one batch each), a few
-    ordinary batches, and a batch whose bytes no text reader takes as they are (invalid
-    UTF-8, NUL, a carriage return)."""
-    generate_sales(landing, date(2026, 11, 24), 2, shops=6, seed=3)
-    generate_units(landing, date(2026, 11, 24), 2, plants=2, units_per_day=1500, seed=3)
-    files = {"sales": corpus_files(SALES_CORPUS), "units": corpus_files(UNITS_CORPUS)}
-    for name, blob in files.items():
-        write_raw_batch(landing, name, HOUR, blob)
-    for hour in ("2026-11-23T11", REDELIVERED):
-        write_batch(
-            landing,
-            hour,
-            [
-                sale(f"{hour}-{i}", "S-001", f"{hour}:0{i}:00Z", f"{hour}:0{i}:30Z", f"{i}.25")
-                for i in range(5)
-            ]
-            # REDELIVERED's first version also has a dead letter and a conflicting copy (of an
-            # earlier batch's sale, on 2026-11-23), which its second version no longer has
-            + (GONE_AGAIN if hour == REDELIVERED else []),
-        )
-        write_batch(
-            landing,
-            hour,
-            [
-                unit("L-001-1", 100 * int(hour[-2:]) + i, f"{hour}:00:0{i}Z", f"{hour}:00:3{i}Z")
-                for i in range(5)
-            ],
-            source="units",
-        )
-    odd = [
-        b'{"event_id": "x\xff"}',
-        b'{"event_id": "nul\x00"}',
-        sale("cr", "S-001", HOUR + ":00:00Z", HOUR + ":01:00Z").encode() + b"\r",
-    ]
-    write_raw_batch(landing, "sales", "2026-11-23T13", {"part-0000.jsonl": b"\n".join(odd) + b"\n"})
-    return files
-
-
-def redeliver(landing: Path) -> None:
-    """REDELIVERED again, with other lines (sale -0 gone, whose first arrival then vanishes from
-    the registry; -1 .. -4 changed; -5 and -6 new; no dead letter, no conflicting copy): a new
-    manifest."""
-    folder = landing / "sales" / f"arrived={REDELIVERED}"
-    shutil.rmtree(folder)
-    lines = [
-        sale(f"{REDELIVERED}-{i}", "S-002", f"{REDELIVERED}:1{i}:00Z", f"{REDELIVERED}:1{i}:30Z")
-        for i in range(1, 7)
-    ]
-    write_raw_batch(landing, "sales", REDELIVERED, {"part-0000.jsonl": "\n".join(lines).encode() + b"\n"})
-
-
-def night(target: Target, landing: Path) -> list[RunSummary]:
-    return [run_nightly(job, target, landing, AS_OF, quiet=True) for job in ("sales", "units")]
-
-
-def restatement(target: Target, landing: Path) -> RunSummary:
-    return restate("sales", target, *RESTATED, "a till's batch delivered again", landing, AS_OF, quiet=True)
-
-
-def snapshot(target: Target) -> dict[str, list[tuple]]:
-    """What the compared relations hold, rows sorted, times and numbers as text."""
-
-    def rows(sql: str) -> list[tuple]:
-        return sorted(tuple("" if v is None else str(v) for v in row) for row in table(target, sql))
-
-    lines = "batch_id, file_name, line_number, raw_line, raw_line_hex, byte_error"
-    ledger = (
-        "source_name, batch_id, status, manifest_sha256, files, rows_loaded, byte_errors, batch_arrived_at"
-    )
-    found = {
-        "sale_lines": rows(f"select {lines} from {{landing}}.sale_lines"),
-        "unit_lines": rows(f"select {lines} from {{landing}}.unit_lines"),
-        "load_ledger": rows(f"select {ledger} from {{landing}}.load_ledger"),
-    }
-    for entity, name, key in (("sale", "sales", "event_id"), ("unit", "units", "line_id, plc_seq")):
-        registry = f"int_{name}_deduplicated"
-        columns = f"{key}, batch_id, file_name, line_number, event_hash"
-        found[registry] = rows(f"select {columns} from {{schema}}.{registry}")
-        fields = ", ".join(oracle.FIELDS[name])
-        found[f"int_{entity}_lines_validated"] = rows(
-            "select batch_id, file_name, line_number, is_valid, dead_letter_kind, dead_letter_reason, "
-            f"new_fields, {fields} from {{schema}}.int_{entity}_lines_validated"
-        )
-        found[f"{name}_dead_letter_counts"] = rows(
-            "select batch_id, arrival_date, dead_letter_kind, dead_letters "
-            f"from {{schema}}.{name}_dead_letter_counts"
-        )
-        found[f"{name}_new_fields"] = rows(
-            f"select batch_id, arrival_date, new_fields, batch_completed_at, line_count, decoded_line_count "
-            f"from {{schema}}.{name}_new_fields"
-        )
-        found[f"{name}_dead_letters"] = rows(
-            f"select batch_id, file_name, line_number, dead_letter_kind, dead_letter_reason "
-            f"from {{schema}}.{name}_dead_letters"
-        )
-    for job in ("sales", "units"):
-        for rel in published_relations(target, job):
-            relation = f"{{schema}}_published.{rel.name}"
-            names, _ = (None, None)
-            with Warehouse(target) as wh:
-                names, _ = wh.columns_and_rows(
-                    f"select * from {relation.format(schema=target.schema)} limit 0"
-                )
-            kept = sorted(c for c in names if c not in VOLATILE)
-            found[f"published {rel.name}"] = rows(f"select {', '.join(kept)} from {relation}")
-    return found
-
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     """Each engine's outcomes and relations after a first build and after a re-delivered batch."""
     folder = tmp_path_factory.mktemp("spark")
-    landing = folder / "landing"
-    files = write_landing(landing)
-    saved = {k: os.environ.get(k) for k in ("DAYCLOSE_STATE_DIR", "DAYCLOSE_DUCKDB", "DBT_PROFILES_DIR")}
-    os.environ["DAYCLOSE_STATE_DIR"] = str(folder / "state")
-    os.environ["DAYCLOSE_DUCKDB"] = str(folder / "warehouse.duckdb")
-    os.environ.pop("DBT_PROFILES_DIR", None)
-    result: dict = {"files": files, "folder": folder}
-    try:
-        targets = {"duckdb": resolve_target("duckdb"), "spark": resolve_target("spark")}
-        result["targets"] = targets
-        for name, target in targets.items():
-            started = time.monotonic()
-            result[name, "first"] = night(target, landing)
-            result[name, "first rows"] = snapshot(target)
-            result[name, "night seconds"] = time.monotonic() - started
-        redeliver(landing)
-        for name, target in targets.items():
-            started = time.monotonic()
-            result[name, "again"] = [restatement(target, landing)]
-            result[name, "again rows"] = snapshot(target)
-            result[name, "restatement seconds"] = time.monotonic() - started
-        print(
-            "spark vs duckdb seconds: "
-            + ", ".join(f"{k[0]} {k[1]} {v:.1f}" for k, v in result.items() if "seconds" in str(k))
-        )
-        yield result
-    finally:
-        from pyspark.sql import SparkSession
+    with state_in(folder):
+        try:
+            yield run_on({"duckdb": resolve_target("duckdb"), "spark": resolve_target("spark")}, folder)
+        finally:
+            from pyspark.sql import SparkSession
 
-        active = SparkSession.getActiveSession()
-        if active is not None:  # the rest of the test session runs without Spark's executors
-            active.stop()
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+            active = SparkSession.getActiveSession()
+            if active is not None:  # the rest of the test session runs without Spark's executors
+                active.stop()
 
 
 def test_spark_runs_the_nights_and_the_restatement_through_the_gates_and_publishes(built: dict) -> None:
@@ -220,10 +68,7 @@ def test_spark_publishes_the_numbers_duckdb_publishes_cell_for_cell(built: dict)
         published = [name for name in built["duckdb", step] if name.startswith("published ")]
         assert {"published daily_sales", "published daily_good_units"} <= set(published)
         spark, duckdb = built["spark", step], built["duckdb", step]
-        unequal = {
-            name: differences(spark[name], duckdb[name]) for name in published if spark[name] != duckdb[name]
-        }
-        assert not unequal, (step, unequal)
+        assert not unequal({n: spark[n] for n in published}, duckdb), step
     # the restatement changed the restated days' numbers, on both engines alike
     before = built["spark", "first rows"]["published daily_sales"]
     assert built["spark", "again rows"]["published daily_sales"] != before
@@ -277,20 +122,11 @@ def test_spark_gives_every_corpus_line_the_contracts_kind(built: dict) -> None:
         assert len({kind for kind in kinds.values() if kind}) >= 10
 
 
-def differences(spark: list[tuple], duckdb: list[tuple]) -> tuple:
-    """The first rows that differ, and how many rows each has."""
-    rows = [(a, b) for a, b in zip(spark, duckdb, strict=False) if a != b][:1]
-    return len(spark), len(duckdb), rows
-
-
 def test_spark_decodes_reasons_values_and_counts_cell_for_cell_as_duckdb(built: dict) -> None:
     for step in ("first rows", "again rows"):
         spark, duckdb = built["spark", step], built["duckdb", step]
         assert spark.keys() == duckdb.keys()
-        unequal = {
-            name: differences(spark[name], duckdb[name]) for name in spark if spark[name] != duckdb[name]
-        }
-        assert not unequal, (step, unequal)
+        assert not unequal(spark, duckdb), step
 
 
 def test_a_redelivered_batch_replaces_its_lines_and_their_decoding_on_spark(built: dict) -> None:

@@ -211,6 +211,9 @@ def test_archiver_killed_at_random_points_lands_every_reading_under_complete_mar
     assert lines >= published  # duplicates allowed, losses not
 
 
+# the archive's files are the same whatever reads them: the nightly job on DuckDB (the units
+# path on Postgres: tests/test_units_path.py, tests/test_postgres_agrees.py)
+@pytest.mark.parametrize("engine", ["duckdb"], indirect=True)
 def test_the_nightly_units_job_on_the_archived_landing_gives_the_truth(
     killed_archive, engine: Target
 ) -> None:

@@ -1,9 +1,12 @@
-"""The brewery units path end to end, each scenario on DuckDB and on Postgres."""
+"""The brewery units path end to end: each scenario on DuckDB, and on Postgres where it runs
+Postgres code of its own (what the models compute alike: tests/test_postgres_agrees.py)."""
 
 from __future__ import annotations
 
 from datetime import date
 from pathlib import Path
+
+import pytest
 
 from dayclose.generate import generate_units, read_units_truth
 from dayclose.jobs import restate, run_nightly
@@ -27,6 +30,7 @@ def backlog(first_seq: int, count: int, day: str, received: str) -> list[str]:
     ]
 
 
+@pytest.mark.parametrize("engine", ["duckdb"], indirect=True)  # Postgres: tests/test_postgres_agrees.py
 def test_replayed_backlog_lands_in_its_day_and_counts_once(engine: Target, landing: Path) -> None:
     steady = steady_production(landing, [LINE], "2026-11-20", 6)
     # P-001 goes offline at 22:00 on Monday and replays its backlog at 04:00 on Tuesday,
@@ -67,6 +71,9 @@ def test_full_replay_twice_changes_nothing(engine: Target, landing: Path) -> Non
     assert registry and all(h == event_hash(line, seq) for line, seq, h in registry)
 
 
+@pytest.mark.parametrize(
+    "engine", ["duckdb"], indirect=True
+)  # Postgres: the contract corpus, test_postgres_agrees.py
 def test_garbage_dead_lettered_and_count_untouched(engine: Target, landing: Path) -> None:
     steady = steady_production(landing, [LINE], "2026-11-20", 6)
     t, r = "2026-11-23T10:00:00Z", "2026-11-23T10:00:30Z"
@@ -175,6 +182,7 @@ def test_restatement_after_close_is_ledgered_and_versioned(engine: Target, landi
     )
 
 
+@pytest.mark.parametrize("engine", ["duckdb"], indirect=True)  # Postgres: tests/test_postgres_agrees.py
 def test_days_past_the_window_equal_the_ground_truth(engine: Target, landing: Path) -> None:
     generate_units(landing, date(2026, 11, 20), 6, plants=12, units_per_day=6_000, seed=9)
     truth = read_units_truth(landing / "truth" / "units_daily_good.csv")
