@@ -158,42 +158,6 @@ conflicts as (
 
 ),
 
-conflict_lines as (
-
-    -- the lines of the conflicts, both copies: their raw text is looked up for these only
-    select
-        first_batch_id as batch_id,
-        first_file_name as file_name,
-        first_line_number as line_number
-
-    from conflicts
-    union
-    select
-        batch_id,
-        file_name,
-        line_number
-
-    from conflicts
-
-),
-
-raw_lines as (
-
-    select
-        sale_lines.batch_id,
-        sale_lines.file_name,
-        sale_lines.line_number,
-        sale_lines.raw_line
-
-    from {{ ref('stg_landing__sale_lines') }} as sale_lines
-    inner join conflict_lines
-        on
-            sale_lines.batch_id = conflict_lines.batch_id
-            and sale_lines.file_name = conflict_lines.file_name
-            and sale_lines.line_number = conflict_lines.line_number
-
-),
-
 final as (
 
     select
@@ -217,12 +181,14 @@ final as (
         copy_lines.raw_line as copy_raw_line
 
     from conflicts
-    left join raw_lines as first_lines
+    -- each conflict's two lines, looked up in one pass of the joins (Spark evaluates a CTE
+    -- once per reference: `conflicts` is referenced here only)
+    left join {{ ref('stg_landing__sale_lines') }} as first_lines
         on
             conflicts.first_batch_id = first_lines.batch_id
             and conflicts.first_file_name = first_lines.file_name
             and conflicts.first_line_number = first_lines.line_number
-    left join raw_lines as copy_lines
+    left join {{ ref('stg_landing__sale_lines') }} as copy_lines
         on
             conflicts.batch_id = copy_lines.batch_id
             and conflicts.file_name = copy_lines.file_name
