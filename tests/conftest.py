@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import os
 import tempfile
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
-import psycopg2
 import pytest
 
 from dayclose.settings import Target, resolve_target
+from tests.helpers import fresh_database
 
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -41,18 +40,6 @@ def postgres_server() -> Iterator[dict[str, str]]:
         yield settings
     finally:
         server.cleanup()
-
-
-def _admin_connect(settings: dict[str, str]):
-    conn = psycopg2.connect(
-        host=settings["PGHOST"],
-        port=settings.get("PGPORT", "5432"),
-        user=settings.get("PGUSER"),
-        password=settings.get("PGPASSWORD"),
-        dbname="postgres",
-    )
-    conn.autocommit = True
-    return conn
 
 
 @pytest.fixture(params=["duckdb", "postgres"])
@@ -80,18 +67,10 @@ def _fresh_postgres(request, monkeypatch: pytest.MonkeyPatch) -> Iterator[Target
     settings = request.getfixturevalue("postgres_server")
     for key, value in settings.items():
         monkeypatch.setenv(key, value)
-    name = f"dayclose_test_{uuid.uuid4().hex[:10]}"
-    admin = _admin_connect(settings)
-    with admin.cursor() as cur:
-        cur.execute(f"create database {name}")
-    monkeypatch.setenv("PGDATABASE", name)
-    monkeypatch.setenv("DAYCLOSE_SCHEMA", "dayclose")
-    try:
+    with fresh_database(settings) as name:
+        monkeypatch.setenv("PGDATABASE", name)
+        monkeypatch.setenv("DAYCLOSE_SCHEMA", "dayclose")
         yield resolve_target("postgres")
-    finally:
-        with admin.cursor() as cur:
-            cur.execute(f"drop database if exists {name} with (force)")
-        admin.close()
 
 
 @pytest.fixture

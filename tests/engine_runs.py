@@ -9,13 +9,14 @@ tests/test_spark.py compare Postgres and Spark against it.
 
 from __future__ import annotations
 
-import os
 import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import date, datetime
 from pathlib import Path
+
+import pytest
 
 from dayclose.generate import generate_sales, generate_units
 from dayclose.jobs import restate, run_nightly
@@ -167,18 +168,11 @@ def unequal(other: dict[str, list[tuple]], duckdb: dict[str, list[tuple]]) -> di
 @contextmanager
 def state_in(folder: Path) -> Iterator[None]:
     """The environment of a module's runs: a state folder and a DuckDB file of its own."""
-    saved = {k: os.environ.get(k) for k in ("DAYCLOSE_STATE_DIR", "DAYCLOSE_DUCKDB", "DBT_PROFILES_DIR")}
-    os.environ["DAYCLOSE_STATE_DIR"] = str(folder / "state")
-    os.environ["DAYCLOSE_DUCKDB"] = str(folder / "warehouse.duckdb")
-    os.environ.pop("DBT_PROFILES_DIR", None)
-    try:
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("DAYCLOSE_STATE_DIR", str(folder / "state"))
+        env.setenv("DAYCLOSE_DUCKDB", str(folder / "warehouse.duckdb"))
+        env.delenv("DBT_PROFILES_DIR", raising=False)
         yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def run_on(targets: dict[str, Target], folder: Path) -> dict:

@@ -6,13 +6,40 @@ import calendar
 import hashlib
 import json
 import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
+import psycopg2
+
 from dayclose.generate import BatchWriter
 from dayclose.settings import Target
 from dayclose.warehouse import Warehouse
+
+
+@contextmanager
+def fresh_database(settings: dict[str, str]) -> Iterator[str]:
+    """A database of its own on the test Postgres (libpq `settings`), dropped afterwards: its name."""
+    name = f"dayclose_test_{uuid.uuid4().hex[:10]}"
+    admin = psycopg2.connect(
+        host=settings["PGHOST"],
+        port=settings.get("PGPORT", "5432"),
+        user=settings.get("PGUSER"),
+        password=settings.get("PGPASSWORD"),
+        dbname="postgres",
+    )
+    admin.autocommit = True
+    try:
+        with admin.cursor() as cur:
+            cur.execute(f"create database {name}")
+        yield name
+    finally:
+        with admin.cursor() as cur:
+            cur.execute(f"drop database if exists {name} with (force)")
+        admin.close()
 
 
 def ts(text: str) -> datetime:

@@ -12,15 +12,13 @@ bytes no text reader takes, conflicting copies, a batch delivered again and a re
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 
-import psycopg2
 import pytest
 
 from dayclose.settings import resolve_target
 from tests.engine_runs import REDELIVERED, run_on, state_in, unequal
-from tests.helpers import table
+from tests.helpers import fresh_database, table
 
 pytestmark = pytest.mark.xdist_group("postgres_agrees")  # one worker builds the module's fixture, once
 
@@ -29,28 +27,12 @@ pytestmark = pytest.mark.xdist_group("postgres_agrees")  # one worker builds the
 def built(tmp_path_factory: pytest.TempPathFactory, postgres_server: dict[str, str]) -> Iterator[dict]:
     """Each engine's outcomes and relations after the first nights and after the restatement."""
     folder = tmp_path_factory.mktemp("postgres_agrees")
-    name = f"dayclose_test_{uuid.uuid4().hex[:10]}"
-    admin = psycopg2.connect(
-        host=postgres_server["PGHOST"],
-        port=postgres_server.get("PGPORT", "5432"),
-        user=postgres_server.get("PGUSER"),
-        password=postgres_server.get("PGPASSWORD"),
-        dbname="postgres",
-    )
-    admin.autocommit = True
-    with admin.cursor() as cur:
-        cur.execute(f"create database {name}")
-    try:
-        with state_in(folder), pytest.MonkeyPatch.context() as env:
-            for key, value in postgres_server.items():
-                env.setenv(key, value)
-            env.setenv("PGDATABASE", name)
-            env.setenv("DAYCLOSE_SCHEMA", "dayclose")
-            yield run_on({"duckdb": resolve_target("duckdb"), "postgres": resolve_target("postgres")}, folder)
-    finally:
-        with admin.cursor() as cur:
-            cur.execute(f"drop database if exists {name} with (force)")
-        admin.close()
+    with state_in(folder), fresh_database(postgres_server) as name, pytest.MonkeyPatch.context() as env:
+        for key, value in postgres_server.items():
+            env.setenv(key, value)
+        env.setenv("PGDATABASE", name)
+        env.setenv("DAYCLOSE_SCHEMA", "dayclose")
+        yield run_on({"duckdb": resolve_target("duckdb"), "postgres": resolve_target("postgres")}, folder)
 
 
 def test_postgres_runs_the_nights_and_the_restatement_through_the_same_gates(built: dict) -> None:
