@@ -122,9 +122,7 @@ def test_seed_four_night_timeline(engine: Target, landing: Path) -> None:
     assert lines[1] == f"  warehouse: {engine.describe()}"
 
 
-@pytest.mark.parametrize(
-    "engine", ["duckdb"], indirect=True
-)  # Postgres: the contract corpus (test_contract.py)
+@pytest.mark.parametrize("engine", ["duckdb"], indirect=True)  # Postgres: the corpus, test_contract.py
 def test_malformed_lines_dead_lettered_with_reasons(engine: Target, landing: Path) -> None:
     ok = sale("ok1", "S-001", "2026-11-23T10:00:00Z", "2026-11-23T10:01:00Z", "25.50")
     bad = {

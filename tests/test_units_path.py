@@ -71,9 +71,7 @@ def test_full_replay_twice_changes_nothing(engine: Target, landing: Path) -> Non
     assert registry and all(h == event_hash(line, seq) for line, seq, h in registry)
 
 
-@pytest.mark.parametrize(
-    "engine", ["duckdb"], indirect=True
-)  # Postgres: the contract corpus, test_postgres_agrees.py
+@pytest.mark.parametrize("engine", ["duckdb"], indirect=True)  # Postgres: test_postgres_agrees.py
 def test_garbage_dead_lettered_and_count_untouched(engine: Target, landing: Path) -> None:
     steady = steady_production(landing, [LINE], "2026-11-20", 6)
     t, r = "2026-11-23T10:00:00Z", "2026-11-23T10:00:30Z"
