@@ -144,7 +144,6 @@ def snapshot(target: Target) -> dict[str, list[tuple]]:
     for job in ("sales", "units"):
         for rel in published_relations(target, job):
             relation = f"{{schema}}_published.{rel.name}"
-            names, _ = (None, None)
             with Warehouse(target) as wh:
                 names, _ = wh.columns_and_rows(
                     f"select * from {relation.format(schema=target.schema)} limit 0"
