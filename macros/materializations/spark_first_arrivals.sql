@@ -8,8 +8,9 @@
     (config partition_by, the registry's day column) that its new and revised events touch, in
     one `insert overwrite` with dynamic partition overwrite: each touched day's registered rows
     but the revised events' (an anti-join), plus what the model returned but the '(vanished)'
-    placeholders. A revised event's registered row may sit on any day (a vanished one returns
-    without a day), so the touched days include the days of the registered rows it replaces.
+    placeholders (the model's rows computed once: `cache table`). A revised event's registered
+    row may sit on any day (a vanished one returns without a day), so the touched days include
+    the days of the registered rows it replaces.
     The other engines delete the revised rows and insert (first_arrivals.sql): the same table.
 #}
 {% macro dbt_spark_validate_get_incremental_strategy(raw_strategy, file_format) %}
@@ -33,6 +34,10 @@
     {%- set day = config.get('partition_by') -%}
     {%- set day = day[0] if day is not string else day -%}
     {%- set columns = adapter.get_columns_in_relation(target) | map(attribute='quoted') | join(', ') -%}
+    {#- the statement below reads the model's rows (a temporary view) three times, and Spark
+        would compute the view once per reference: computed once here, kept in memory (spilling
+        to disk) until the model's post_hook uncaches it -#}
+    {%- do run_query('cache table ' ~ source) -%}
     {%- set on_keys -%}
         {% for k in keys %}registered.{{ k }} = revised.{{ k }}{{ ' and ' if not loop.last }}{% endfor %}
     {%- endset %}

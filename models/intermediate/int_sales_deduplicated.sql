@@ -168,45 +168,24 @@ candidates as (
 
 ),
 
-copied as (
-
-    -- the sales with more than one candidate, the only ones ranked (most have one)
-    select event_id from candidates
-    group by event_id
-    having count(*) > 1
-
-),
-
 ranked as (
 
+    -- each candidate's place in its sale's arrival order (one window: a CTE referenced more
+    -- than once is computed once per reference on Spark)
     select
-        candidates.*,
-        1 as arrival_rank,
-        candidates.replaces_registered as has_registered_row
-
-    from candidates
-    left join copied
-        on candidates.event_id = copied.event_id
-    where copied.event_id is null
-
-    union all
-
-    select
-        candidates.*,
+        *,
         row_number() over (
-            partition by candidates.event_id
+            partition by event_id
             order by
-                case when candidates.batch_id = '(vanished)' then 1 else 0 end,
-                candidates.batch_id,
-                candidates.received_at,
-                candidates.file_name,
-                candidates.line_number
+                case when batch_id = '(vanished)' then 1 else 0 end,
+                batch_id,
+                received_at,
+                file_name,
+                line_number
         ) as arrival_rank,
-        max(candidates.replaces_registered) over (partition by candidates.event_id) as has_registered_row
+        max(replaces_registered) over (partition by event_id) as has_registered_row
 
     from candidates
-    inner join copied
-        on candidates.event_id = copied.event_id
 
 ),
 

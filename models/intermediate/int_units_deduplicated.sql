@@ -195,55 +195,24 @@ candidates as (
 
 ),
 
-copied as (
-
-    -- the units with more than one candidate, the only ones ranked (most have one)
-    select
-        line_id,
-        plc_seq
-
-    from candidates
-    group by line_id, plc_seq
-    having count(*) > 1
-
-),
-
 ranked as (
 
+    -- each candidate's place in its unit's arrival order (one window: a CTE referenced more
+    -- than once is computed once per reference on Spark)
     select
-        candidates.*,
-        1 as arrival_rank,
-        candidates.replaces_registered as has_registered_row
-
-    from candidates
-    left join copied
-        on
-            candidates.line_id = copied.line_id
-            and candidates.plc_seq = copied.plc_seq
-    where copied.line_id is null
-
-    union all
-
-    select
-        candidates.*,
+        *,
         row_number() over (
-            partition by candidates.line_id, candidates.plc_seq
+            partition by line_id, plc_seq
             order by
-                case when candidates.batch_id = '(vanished)' then 1 else 0 end,
-                candidates.batch_id,
-                candidates.received_at,
-                candidates.file_name,
-                candidates.line_number
+                case when batch_id = '(vanished)' then 1 else 0 end,
+                batch_id,
+                received_at,
+                file_name,
+                line_number
         ) as arrival_rank,
-        max(candidates.replaces_registered) over (
-            partition by candidates.line_id, candidates.plc_seq
-        ) as has_registered_row
+        max(replaces_registered) over (partition by line_id, plc_seq) as has_registered_row
 
     from candidates
-    inner join copied
-        on
-            candidates.line_id = copied.line_id
-            and candidates.plc_seq = copied.plc_seq
 
 ),
 
