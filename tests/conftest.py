@@ -12,12 +12,16 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlparse
 
 import pytest
 
 from dayclose.settings import Target, resolve_target
 from tests.helpers import fresh_database
+
+if TYPE_CHECKING:
+    from tests.engine_runs import EngineRuns
 
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -71,6 +75,14 @@ def _fresh_postgres(request, monkeypatch: pytest.MonkeyPatch) -> Iterator[Target
         monkeypatch.setenv("PGDATABASE", name)
         monkeypatch.setenv("DAYCLOSE_SCHEMA", "dayclose")
         yield resolve_target("postgres")
+
+
+@pytest.fixture(scope="session")
+def engine_runs(tmp_path_factory: pytest.TempPathFactory) -> EngineRuns:
+    """The landing every engine runs, and DuckDB's runs of it, the reference (tests/engine_runs.py)."""
+    from tests.engine_runs import EngineRuns
+
+    return EngineRuns(tmp_path_factory.mktemp("engines"))
 
 
 @pytest.fixture

@@ -3,8 +3,8 @@
 The landing: two generated days of each source (late events, resends, duplicates, garbage),
 the contract corpus of each (one batch each), a few ordinary batches, a batch whose bytes no
 text reader takes as they are, and a batch delivered again with a new manifest, after which
-days are restated. DuckDB is the reference; tests/test_postgres_agrees.py and
-tests/test_spark.py compare Postgres and Spark against it.
+days are restated. DuckDB is the reference, run once; tests/test_postgres_agrees.py and
+tests/test_spark.py compare Postgres and Spark against it (fixture engine_runs, tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pytest
 from dayclose.generate import generate_sales, generate_units
 from dayclose.jobs import restate, run_nightly
 from dayclose.publish import published_relations
-from dayclose.settings import Target
+from dayclose.settings import Target, resolve_target
 from dayclose.summary import RunSummary
 from dayclose.warehouse import Warehouse
 from tests import contract_oracle as oracle
@@ -166,7 +166,7 @@ def unequal(other: dict[str, list[tuple]], duckdb: dict[str, list[tuple]]) -> di
 
 @contextmanager
 def state_in(folder: Path) -> Iterator[None]:
-    """The environment of a module's runs: a state folder and a DuckDB file of its own."""
+    """The environment of the engines' runs: a state folder and a DuckDB file of their own."""
     with pytest.MonkeyPatch.context() as env:
         env.setenv("DAYCLOSE_STATE_DIR", str(folder / "state"))
         env.setenv("DAYCLOSE_DUCKDB", str(folder / "warehouse.duckdb"))
@@ -174,25 +174,47 @@ def state_in(folder: Path) -> Iterator[None]:
         yield
 
 
-def run_on(targets: dict[str, Target], folder: Path) -> dict:
-    """Each target's outcomes and relations after the first nights and after the restatement
-    that follows the re-delivered batch: {(engine, "first" | "again"): [RunSummary],
-    (engine, "first rows" | "again rows"): snapshot, ...}."""
-    landing = folder / "landing"
-    result: dict = {"files": write_landing(landing), "folder": folder, "targets": targets}
-    for name, target in targets.items():
+class EngineRuns:
+    """The landing, written once, and each engine's runs of it, each on a copy of its own: the
+    first nights, then the batch delivered again and the restatement. DuckDB's, the reference,
+    run when the landing is written (once per pytest worker: the modules that compare an
+    engine with it share a session fixture and an xdist group).
+
+    `compare(name)` runs the engine (configured by the caller's environment) and returns
+    {(engine, "first" | "again"): [RunSummary], (engine, "first rows" | "again rows"): snapshot,
+    "files": the corpus files, "folder": the folder of states and landings, "targets": {engine:
+    Target}} for DuckDB and that engine.
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.files = write_landing(folder / "landing")
+        self.runs: dict = {}
+        self.targets: dict[str, Target] = {}
+        with state_in(folder):
+            self._run("duckdb", resolve_target("duckdb"))
+
+    def compare(self, name: str) -> dict:
+        if name not in self.targets:
+            with state_in(self.folder):
+                self._run(name, resolve_target(name))
+        return {
+            **{key: value for key, value in self.runs.items() if key[0] in ("duckdb", name)},
+            "files": self.files,
+            "folder": self.folder,
+            "targets": {engine: self.targets[engine] for engine in ("duckdb", name)},
+        }
+
+    def _run(self, name: str, target: Target) -> None:
+        landing = self.folder / f"landing-{name}"
+        shutil.copytree(self.folder / "landing", landing)
         started = time.monotonic()
-        result[name, "first"] = night(target, landing)
-        result[name, "first rows"] = snapshot(target)
-        result[name, "night seconds"] = time.monotonic() - started
-    redeliver(landing)
-    for name, target in targets.items():
+        self.runs[name, "first"] = night(target, landing)
+        self.runs[name, "first rows"] = snapshot(target)
+        night_seconds = time.monotonic() - started
+        redeliver(landing)
         started = time.monotonic()
-        result[name, "again"] = [restatement(target, landing)]
-        result[name, "again rows"] = snapshot(target)
-        result[name, "restatement seconds"] = time.monotonic() - started
-    print(
-        "seconds by engine: "
-        + ", ".join(f"{k[0]} {k[1]} {v:.1f}" for k, v in result.items() if "seconds" in str(k))
-    )
-    return result
+        self.runs[name, "again"] = [restatement(target, landing)]
+        self.runs[name, "again rows"] = snapshot(target)
+        print(f"{name}: night {night_seconds:.1f} s, restatement {time.monotonic() - started:.1f} s")
+        self.targets[name] = target

@@ -65,7 +65,11 @@ def landed_lines(landing: Path, before_hour: str) -> int:
 # A Prefect flow runs the job code the CLI runs (dayclose.jobs) through prefect-dbt's runner: its
 # cases run on the embedded default; what the engines do differently in them is checked on
 # both without Prefect (tests/test_loader.py, tests/test_reliability.py, tests/test_postgres_agrees.py)
-ON_DUCKDB = pytest.mark.parametrize("engine", ["duckdb"], indirect=True)
+def on_duckdb_with_prefect(test):
+    """A flow case: on DuckDB, and on the worker that started Prefect's test server (once)."""
+    return pytest.mark.xdist_group("prefect")(
+        pytest.mark.parametrize("engine", ["duckdb"], indirect=True)(test)
+    )
 
 
 def published(target: Target) -> dict[str, Decimal]:
@@ -76,39 +80,6 @@ def published(target: Target) -> dict[str, Decimal]:
             f"select sale_date, sum(sales_amount) from {target.schema}_published.daily_sales group by 1"
         )
     return {str(d): Decimal(v) for d, v in rows}
-
-
-@ON_DUCKDB
-def test_retry_after_a_partly_written_load_ends_at_1x(
-    prefect_api, engine: Target, landing: Path, week: dict, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The 2.1x incident: a load fails after writing rows, the task retries, totals stay 1.0x."""
-    from flows.sales_flow import sales_nightly
-
-    monkeypatch.setattr(prefect_tasks, "RETRIES", 2)
-    monkeypatch.setattr(prefect_tasks, "BACKOFF_SECONDS", 0.01)
-    real_ingest = load_module.ingest_files
-    failures = {"left": 1}
-
-    def ingest_then_fail(wh, table_name, files):
-        written = real_ingest(wh, table_name, files)  # the rows are written ...
-        if failures["left"]:
-            failures["left"] -= 1
-            raise RuntimeError("serializable isolation violation (injected)")  # ... then the load dies
-        return written
-
-    monkeypatch.setattr(load_module, "ingest_files", ingest_then_fail)
-    state = sales_nightly(
-        as_of="2026-11-25T00:30", target=engine.name, landing=str(landing), return_state=True
-    )
-    assert state.is_completed(), state.message
-    assert failures["left"] == 0
-    ours = published(engine)
-    with Warehouse(engine) as wh:
-        lines = wh.scalar(f"select count(*) from {engine.landing_schema}.sale_lines")
-    assert lines == landed_lines(landing, "2026-11-25T00")  # every line once, none twice
-    assert ours["2026-11-20"] <= week["2026-11-20"]
-    assert ours["2026-11-20"] / week["2026-11-20"] > Decimal("0.99")
 
 
 class Records(logging.Handler):
@@ -129,7 +100,7 @@ class Records(logging.Handler):
         logging.getLogger("prefect").removeHandler(self)
 
 
-@ON_DUCKDB
+@on_duckdb_with_prefect
 def test_missing_marker_means_no_publication_and_no_success(
     prefect_api, engine: Target, landing: Path, week: dict
 ) -> None:
@@ -176,7 +147,7 @@ def test_the_engines_error_record_of_a_waiting_night_is_an_info_line() -> None:
     ]
 
 
-@ON_DUCKDB
+@on_duckdb_with_prefect
 def test_failing_gate_leaves_published_numbers_unchanged(
     prefect_api, engine: Target, landing: Path, week: dict
 ) -> None:
@@ -438,16 +409,40 @@ def test_a_run_whose_load_fails_leaves_no_parse_behind(
     assert [t.name for t in threading.enumerate() if t.name.startswith("dayclose-dbt")] == []
 
 
-@ON_DUCKDB
-def test_restatement_is_audited(
+@on_duckdb_with_prefect
+def test_a_retried_load_ends_at_1x_and_a_restatement_is_audited(
     prefect_api, engine: Target, landing: Path, week: dict, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The 2.1x incident: a load fails after writing rows, the task retries, totals stay 1.0x;
+    then a late upload restates a closed day through the audited path (one flow night serves
+    both cases)."""
     from flows.restate_flow import restate_days
     from flows.sales_flow import sales_nightly
 
-    assert sales_nightly(
+    monkeypatch.setattr(prefect_tasks, "RETRIES", 2)
+    monkeypatch.setattr(prefect_tasks, "BACKOFF_SECONDS", 0.01)
+    real_ingest = load_module.ingest_files
+    failures = {"left": 1}
+
+    def ingest_then_fail(wh, table_name, files):
+        written = real_ingest(wh, table_name, files)  # the rows are written ...
+        if failures["left"]:
+            failures["left"] -= 1
+            raise RuntimeError("serializable isolation violation (injected)")  # ... then the load dies
+        return written
+
+    monkeypatch.setattr(load_module, "ingest_files", ingest_then_fail)
+    state = sales_nightly(
         as_of="2026-11-25T00:30", target=engine.name, landing=str(landing), return_state=True
-    ).is_completed()
+    )
+    assert state.is_completed(), state.message
+    assert failures["left"] == 0
+    with Warehouse(engine) as wh:
+        lines = wh.scalar(f"select count(*) from {engine.landing_schema}.sale_lines")
+    assert lines == landed_lines(landing, "2026-11-25T00")  # every line once, none twice
+    closed = published(engine)["2026-11-20"]
+    assert closed <= week["2026-11-20"] and closed / week["2026-11-20"] > Decimal("0.99")
+
     monkeypatch.setenv("DAYCLOSE_USER", "finance.analyst")
     # a till uploads a Nov 20 sale on Nov 29, long after the day's last nightly rebuild
     write_batch(

@@ -16,23 +16,25 @@ from collections.abc import Iterator
 
 import pytest
 
-from dayclose.settings import resolve_target
-from tests.engine_runs import REDELIVERED, run_on, state_in, unequal
+from tests.engine_runs import REDELIVERED, EngineRuns, state_in, unequal
 from tests.helpers import fresh_database, table
 
-pytestmark = pytest.mark.xdist_group("postgres_agrees")  # one worker builds the module's fixture, once
+# one worker runs DuckDB's reference (the session fixture engine_runs) and the engines against it
+pytestmark = pytest.mark.xdist_group("engines")
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory, postgres_server: dict[str, str]) -> Iterator[dict]:
-    """Each engine's outcomes and relations after the first nights and after the restatement."""
-    folder = tmp_path_factory.mktemp("postgres_agrees")
-    with state_in(folder), fresh_database(postgres_server) as name, pytest.MonkeyPatch.context() as env:
+def built(engine_runs: EngineRuns, postgres_server: dict[str, str]) -> Iterator[dict]:
+    """DuckDB's and Postgres's outcomes and relations after the first nights and after the
+    restatement."""
+    with fresh_database(postgres_server) as name, pytest.MonkeyPatch.context() as env:
         for key, value in postgres_server.items():
             env.setenv(key, value)
         env.setenv("PGDATABASE", name)
         env.setenv("DAYCLOSE_SCHEMA", "dayclose")
-        yield run_on({"duckdb": resolve_target("duckdb"), "postgres": resolve_target("postgres")}, folder)
+        built = engine_runs.compare("postgres")
+        with state_in(engine_runs.folder):  # the tests read the warehouses
+            yield built
 
 
 def test_postgres_runs_the_nights_and_the_restatement_through_the_same_gates(built: dict) -> None:

@@ -20,10 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from dayclose.settings import resolve_target
 from dayclose.warehouse import Warehouse
 from tests import contract_oracle as oracle
-from tests.engine_runs import GONE_AGAIN, REDELIVERED, run_on, state_in, unequal
+from tests.engine_runs import GONE_AGAIN, REDELIVERED, EngineRuns, state_in, unequal
 from tests.helpers import split_lines, stored_lines
 from tests.test_contract import HOUR, RECEIVED_BY, SALES_CORPUS, UNITS_CORPUS
 
@@ -32,23 +31,25 @@ pytestmark = [
         importlib.util.find_spec("pyspark") is None or shutil.which("java") is None,
         reason="the spark target needs pyspark (pip install 'dayclose[spark]') and Java 17",
     ),
-    pytest.mark.xdist_group("spark"),  # one worker builds the module's fixture, once
+    # one worker runs DuckDB's reference (the session fixture engine_runs) and the engines against it
+    pytest.mark.xdist_group("engines"),
 ]
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    """Each engine's outcomes and relations after a first build and after a re-delivered batch."""
-    folder = tmp_path_factory.mktemp("spark")
-    with state_in(folder):
-        try:
-            yield run_on({"duckdb": resolve_target("duckdb"), "spark": resolve_target("spark")}, folder)
-        finally:
-            from pyspark.sql import SparkSession
+def built(engine_runs: EngineRuns) -> Iterator[dict]:
+    """DuckDB's and Spark's outcomes and relations after the first nights and after the
+    restatement."""
+    try:
+        built = engine_runs.compare("spark")
+        with state_in(engine_runs.folder):  # the tests read the warehouses
+            yield built
+    finally:
+        from pyspark.sql import SparkSession
 
-            active = SparkSession.getActiveSession()
-            if active is not None:  # the rest of the test session runs without Spark's executors
-                active.stop()
+        active = SparkSession.getActiveSession()
+        if active is not None:  # the rest of the test session runs without Spark's executors
+            active.stop()
 
 
 def test_spark_runs_the_nights_and_the_restatement_through_the_gates_and_publishes(built: dict) -> None:
