@@ -68,12 +68,7 @@ def postgres_target(request, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 
 def _fresh_postgres(request, monkeypatch: pytest.MonkeyPatch) -> Iterator[Target]:
     """A database of its own on the test Postgres, dropped afterwards."""
-    settings = request.getfixturevalue("postgres_server")
-    for key, value in settings.items():
-        monkeypatch.setenv(key, value)
-    with fresh_database(settings) as name:
-        monkeypatch.setenv("PGDATABASE", name)
-        monkeypatch.setenv("DAYCLOSE_SCHEMA", "dayclose")
+    with fresh_database(request.getfixturevalue("postgres_server"), monkeypatch):
         yield resolve_target("postgres")
 
 

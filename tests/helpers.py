@@ -14,6 +14,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import psycopg2
+import pytest
 
 from dayclose.generate import BatchWriter
 from dayclose.settings import Target
@@ -21,8 +22,9 @@ from dayclose.warehouse import Warehouse
 
 
 @contextmanager
-def fresh_database(settings: dict[str, str]) -> Iterator[str]:
-    """A database of its own on the test Postgres (libpq `settings`), dropped afterwards: its name."""
+def fresh_database(settings: dict[str, str], env: pytest.MonkeyPatch) -> Iterator[str]:
+    """A database of its own on the test Postgres (libpq `settings`), dropped afterwards: its name.
+    Meanwhile `env` points the libpq variables and dayclose's schema at it."""
     name = f"dayclose_test_{uuid.uuid4().hex[:10]}"
     admin = psycopg2.connect(
         host=settings["PGHOST"],
@@ -35,6 +37,10 @@ def fresh_database(settings: dict[str, str]) -> Iterator[str]:
     try:
         with admin.cursor() as cur:
             cur.execute(f"create database {name}")
+        for key, value in settings.items():
+            env.setenv(key, value)
+        env.setenv("PGDATABASE", name)
+        env.setenv("DAYCLOSE_SCHEMA", "dayclose")
         yield name
     finally:
         with admin.cursor() as cur:

@@ -27,11 +27,7 @@ pytestmark = pytest.mark.xdist_group("engines")
 def built(engine_runs: EngineRuns, postgres_server: dict[str, str]) -> Iterator[dict]:
     """DuckDB's and Postgres's outcomes and relations after the first nights and after the
     restatement."""
-    with fresh_database(postgres_server) as name, pytest.MonkeyPatch.context() as env:
-        for key, value in postgres_server.items():
-            env.setenv(key, value)
-        env.setenv("PGDATABASE", name)
-        env.setenv("DAYCLOSE_SCHEMA", "dayclose")
+    with pytest.MonkeyPatch.context() as env, fresh_database(postgres_server, env):
         built = engine_runs.compare("postgres")
         with state_in(engine_runs.folder):  # the tests read the warehouses
             yield built
