@@ -9,7 +9,9 @@ never skips: if no server can be had, it errors.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -46,29 +48,55 @@ def postgres_server() -> Iterator[dict[str, str]]:
         server.cleanup()
 
 
+# The warehouse of the `engine` and `postgres_target` fixtures: the same DuckDB file name, state
+# folder and Postgres database name for every test of a pytest worker, emptied (the database
+# dropped and created) before each test. dbt then parses the project in full once per worker and
+# partially afterwards, as a night after the first does: its partial-parse state is checked
+# against a hash of the profile's values (the DuckDB file, the database), so each test with a
+# warehouse of its own cost a full parse (3.5 s alone on this machine, 95 of them in a test run).
+# One name per worker process (each imports conftest once), another in every test session.
+WORKER_DATABASE = f"dayclose_test_{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="session")
+def warehouse_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("warehouse")
+
+
+def emptied(home: Path) -> Path:
+    """`home` emptied but for dbt's partial-parse state of each target folder."""
+    kept = {path: path.read_bytes() for path in home.glob("state/*/target/partial_parse.msgpack")}
+    shutil.rmtree(home, ignore_errors=True)
+    for path, blob in kept.items():
+        path.parent.mkdir(parents=True)
+        path.write_bytes(blob)
+    return home
+
+
 @pytest.fixture(params=["duckdb", "postgres"])
-def engine(request, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Target]:
+def engine(request, warehouse_home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Target]:
     """A fresh, empty warehouse of each kind, with the environment pointing at it."""
-    monkeypatch.setenv("DAYCLOSE_STATE_DIR", str(tmp_path / "state"))
+    home = emptied(warehouse_home)
+    monkeypatch.setenv("DAYCLOSE_STATE_DIR", str(home / "state"))
     monkeypatch.delenv("DBT_PROFILES_DIR", raising=False)
     if request.param == "duckdb":
-        monkeypatch.setenv("DAYCLOSE_DUCKDB", str(tmp_path / "warehouse.duckdb"))
+        monkeypatch.setenv("DAYCLOSE_DUCKDB", str(home / "warehouse.duckdb"))
         yield resolve_target("duckdb")
         return
     yield from _fresh_postgres(request, monkeypatch)
 
 
 @pytest.fixture
-def postgres_target(request, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Target]:
+def postgres_target(request, warehouse_home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Target]:
     """A fresh, empty Postgres warehouse, for what only concerns Postgres."""
-    monkeypatch.setenv("DAYCLOSE_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("DAYCLOSE_STATE_DIR", str(emptied(warehouse_home) / "state"))
     monkeypatch.delenv("DBT_PROFILES_DIR", raising=False)
     yield from _fresh_postgres(request, monkeypatch)
 
 
 def _fresh_postgres(request, monkeypatch: pytest.MonkeyPatch) -> Iterator[Target]:
-    """A database of its own on the test Postgres, dropped afterwards."""
-    with fresh_database(request.getfixturevalue("postgres_server"), monkeypatch):
+    """The worker's test database on the test Postgres, new and empty, dropped afterwards."""
+    with fresh_database(request.getfixturevalue("postgres_server"), monkeypatch, WORKER_DATABASE):
         yield resolve_target("postgres")
 
 

@@ -22,10 +22,13 @@ from dayclose.warehouse import Warehouse
 
 
 @contextmanager
-def fresh_database(settings: dict[str, str], env: pytest.MonkeyPatch) -> Iterator[str]:
-    """A database of its own on the test Postgres (libpq `settings`), dropped afterwards: its name.
-    Meanwhile `env` points the libpq variables and dayclose's schema at it."""
-    name = f"dayclose_test_{uuid.uuid4().hex[:10]}"
+def fresh_database(
+    settings: dict[str, str], env: pytest.MonkeyPatch, name: str | None = None
+) -> Iterator[str]:
+    """A new, empty database on the test Postgres (libpq `settings`), dropped afterwards: its
+    name, `name` (dropped first if a test before left it) or a new one. Meanwhile `env` points
+    the libpq variables and dayclose's schema at it."""
+    name = name or f"dayclose_test_{uuid.uuid4().hex[:10]}"
     admin = psycopg2.connect(
         host=settings["PGHOST"],
         port=settings.get("PGPORT", "5432"),
@@ -36,6 +39,7 @@ def fresh_database(settings: dict[str, str], env: pytest.MonkeyPatch) -> Iterato
     admin.autocommit = True
     try:
         with admin.cursor() as cur:
+            cur.execute(f"drop database if exists {name} with (force)")
             cur.execute(f"create database {name}")
         for key, value in settings.items():
             env.setenv(key, value)

@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -323,6 +324,12 @@ def dbt_invocations() -> list[str]:
     return helpers.dbt_invocations(log.parent.parent)
 
 
+def new_state_folder(target: Target) -> None:
+    """No dbt state left by an earlier test on the worker (tests/conftest.py keeps dbt's
+    partial-parse state from test to test)."""
+    shutil.rmtree(target.dbt_target_dir, ignore_errors=True)
+
+
 def dbt_commands() -> list[str]:
     """What each dbt invocation ran (prefect-dbt's runner logs no `Command` line: its builds
     are known by their summary line)."""
@@ -363,6 +370,7 @@ def test_the_build_runs_on_the_parse_made_during_the_load(
     neither sends usage events."""
     for opt_out in ("DO_NOT_TRACK", "DBT_SEND_ANONYMOUS_USAGE_STATS"):  # the project's flag alone
         monkeypatch.delenv(opt_out, raising=False)
+    new_state_folder(engine)
     summary = run_nightly("sales", engine, landing, ts("2026-11-25T00:30"), quiet=True)
     assert summary.ok, summary.lines()
     assert dbt_commands() == ["parse", "build"]
@@ -382,6 +390,7 @@ def test_each_run_parses_once_and_dbt_parses_again_only_what_changed(
     one parse and one build per run; dbt's partial parsing reads the last run's state, and other
     --vars make dbt parse the whole project again."""
     folder = engine.dbt_target_dir
+    new_state_folder(engine)
 
     def night(as_of: str, **kwargs) -> str:
         summary = run_nightly("sales", engine, landing, ts(as_of), quiet=True, **kwargs)
