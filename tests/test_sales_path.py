@@ -94,6 +94,7 @@ def test_late_event_lands_in_its_sold_at_day_while_in_window(engine: Target, lan
     assert ("2026-11-24", "S-114") not in daily_sales(engine)  # grouped by sold_at, not by arrival
 
 
+@pytest.mark.parametrize("engine", ["duckdb"], indirect=True)  # Postgres: tests/test_postgres_agrees.py
 def test_seed_four_night_timeline(engine: Target, landing: Path) -> None:
     """Monday starts near 96.6% and reaches the truth by Fri 00:30; Tue..Thu stay provisional."""
     generate_sales(landing, date(2026, 11, 23), 7, shops=140, events_per_day=6000, seed=11)

@@ -46,6 +46,7 @@ def test_replayed_backlog_lands_in_its_day_and_counts_once(engine: Target, landi
     assert good_units(engine)[("2026-11-24", SKU)] == steady
 
 
+@pytest.mark.parametrize("engine", ["duckdb"], indirect=True)  # Postgres: tests/test_postgres_agrees.py
 def test_full_replay_twice_changes_nothing(engine: Target, landing: Path) -> None:
     steady_production(landing, [LINE], "2026-11-20", 6)
     write_batch(
