@@ -2,7 +2,7 @@
 
 Postgres comes from the libpq variables (PGHOST, PGPORT, PGUSER, PGPASSWORD,
 PGDATABASE) when PGHOST is set, else from an embedded server started here with
-the pgserver package. Each test gets its own fresh database. A Postgres test
+the pgserver package. Each test gets a new, empty database. A Postgres test
 never skips: if no server can be had, it errors.
 """
 

@@ -196,17 +196,16 @@ def test_the_loader_the_lock_and_dbt_reach_one_postgres(monkeypatch: pytest.Monk
     assert target.describe() == "postgres 127.0.0.1:5432, database close, schema dayclose"
 
 
-def test_a_run_prints_its_summary_on_stdout_and_progress_on_stderr(tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", ["duckdb"], indirect=True)  # the warehouse: the environment's
+def test_a_run_prints_its_summary_on_stdout_and_progress_on_stderr(engine: Target, landing: Path) -> None:
     """dbt's node lines go to its log file (named on stderr), not before the summary;
     no colour codes where the output is not a terminal; --verbose shows dbt's lines."""
     from datetime import date
 
     from dayclose.generate import generate_sales
 
-    landing = tmp_path / "landing"
     generate_sales(landing, date(2026, 11, 20), 2, shops=5, events_per_day=50, seed=1)
-    env = {"DAYCLOSE_DUCKDB": str(tmp_path / "w.duckdb"), "DAYCLOSE_STATE_DIR": str(tmp_path / "state")}
-    quiet = dayclose("run", "sales", "--as-of", "2026-11-22T00:30", "--landing", str(landing), env=env)
+    quiet = dayclose("run", "sales", "--as-of", "2026-11-22T00:30", "--landing", str(landing))
     assert quiet.returncode == 0, quiet.stdout + quiet.stderr
     assert quiet.stdout.startswith("dayclose run sales as of 2026-11-22 00:30 UTC on duckdb: days"), (
         quiet.stdout
@@ -220,23 +219,20 @@ def test_a_run_prints_its_summary_on_stdout_and_progress_on_stderr(tmp_path: Pat
     ]
     assert "START sql" in Path(log).read_text()
     assert "publish sales: the gates passed" in quiet.stderr
-    verbose = dayclose(
-        "run", "sales", "--as-of", "2026-11-22T00:30", "--landing", str(landing), "--verbose", env=env
-    )
+    verbose = dayclose("run", "sales", "--as-of", "2026-11-22T00:30", "--landing", str(landing), "--verbose")
     assert verbose.returncode == 0, verbose.stdout + verbose.stderr
     assert "Running with dbt" in verbose.stdout and "\x1b[" not in verbose.stdout
 
 
-def test_a_landing_without_the_jobs_folder_fails_the_run_naming_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", ["duckdb"], indirect=True)  # the warehouse: the environment's
+def test_a_landing_without_the_jobs_folder_fails_the_run_naming_it(engine: Target, landing: Path) -> None:
     """A mistyped --landing or an unmounted share is no quiet night: exit 1, the folder named."""
     from datetime import date
 
     from dayclose.generate import generate_sales
 
-    landing = tmp_path / "landing"
     generate_sales(landing, date(2026, 11, 20), 1, shops=3, events_per_day=20, seed=1)  # no units/
-    env = {"DAYCLOSE_DUCKDB": str(tmp_path / "w.duckdb"), "DAYCLOSE_STATE_DIR": str(tmp_path / "state")}
-    done = dayclose("run", "units", "--as-of", "2026-11-21T00:30", "--landing", str(landing), env=env)
+    done = dayclose("run", "units", "--as-of", "2026-11-21T00:30", "--landing", str(landing))
     assert done.returncode == 1, done.stdout + done.stderr
     assert f"ERROR no folder {landing / 'units'} for the units batches" in done.stdout, done.stdout
     assert "result: FAILED" in done.stdout

@@ -161,9 +161,15 @@ def test_monitor_killed_and_restarted_scores_every_reading_with_no_duplicate_ale
             time.sleep(max(0.0, at - (time.monotonic() - started)))
             os.kill(monitor.pid, signal.SIGKILL)
             monitor.wait()
+            restarted_at = log.stat().st_size
             monitor = start_dayclose(["monitor"], env, log)
         publisher.join(60)
         assert done.is_set()
+        # stopped once it has opened its consumers (its SIGTERM handler is in place by then: a
+        # SIGTERM while it still imports ends it by the signal, exit -15)
+        deadline = time.monotonic() + 60
+        while b"consumers (" not in log.read_bytes()[restarted_at:] and time.monotonic() < deadline:
+            time.sleep(0.1)
         monitor.send_signal(signal.SIGTERM)
         assert monitor.wait(30) == 0
         final = start_dayclose(["monitor", "--idle-exit", "3"], env, log)
