@@ -102,7 +102,7 @@
     takes the general path for every line (false): the match was not measured there.
 #}
 {% macro is_plain_json_line(line, fields) -%}
-    {%- if adapter.dispatch('matches_plain_lines', 'dayclose')() -%}
+    {%- if dayclose.matches_plain_lines() -%}
         coalesce({{ dayclose.regexp_full(line, dayclose.plain_json_line_pattern(fields)) }}, false)
     {%- else -%}
         false
@@ -110,6 +110,10 @@
 {%- endmacro %}
 
 {#- whether is_plain_json_line matches lines on this engine (not on Postgres) -#}
+{% macro matches_plain_lines() -%}
+    {{ return(adapter.dispatch('matches_plain_lines', 'dayclose')()) }}
+{%- endmacro %}
+
 {% macro default__matches_plain_lines() -%}
     {{ return(true) }}
 {%- endmacro %}
