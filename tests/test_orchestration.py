@@ -421,8 +421,8 @@ def test_incident_004s_chain_a_retried_load_a_cleared_sensor_and_a_restatement(
     with Warehouse(engine) as wh:
         lines = wh.scalar(f"select count(*) from {engine.landing_schema}.sale_lines")
     assert lines == landed_lines(landing, "2026-11-24T00")  # every line once, none twice
-    before = published(engine)
-    closed = before["2026-11-20"]
+    published_before = published(engine)
+    closed = published_before["2026-11-20"]
     assert closed <= week["2026-11-20"] and closed / week["2026-11-20"] > Decimal("0.99")
 
     # a cleared sensor: Nov 24's batches arrive complete but empty
@@ -438,7 +438,7 @@ def test_incident_004s_chain_a_retried_load_a_cleared_sensor_and_a_restatement(
     )
     assert state.is_failed()
     assert "sales_no_empty_days" in state.message and "2026-11-24" in state.message
-    assert published(engine) == before
+    assert published(engine) == published_before
     audit = table(engine, "select status, published from {schema}_published.run_audit order by started_at")
     assert [(s, bool(p)) for s, p in audit] == [("published", True), ("gates failed", False)]
 
