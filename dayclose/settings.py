@@ -99,6 +99,7 @@ def dbt_env(target: Target) -> dict[str, str]:
     elif target.name == "spark":
         env["DAYCLOSE_SCHEMA"] = target.schema
         env["DAYCLOSE_SPARK_MASTER"] = spark_master()
+        env["DAYCLOSE_SPARK_MEMORY"] = spark_memory()
         env["DAYCLOSE_SPARK_DIR"] = str(target.spark_dir)
     else:
         env["DAYCLOSE_SCHEMA"] = target.schema
@@ -110,6 +111,12 @@ def dbt_env(target: Target) -> dict[str, str]:
 def spark_master() -> str:
     """The in-process Spark's master: DAYCLOSE_SPARK_MASTER, else local[2] (two cores)."""
     return os.environ.get("DAYCLOSE_SPARK_MASTER") or "local[2]"
+
+
+def spark_memory() -> str:
+    """The in-process Spark's heap (spark.driver.memory, where its tasks run in local mode):
+    DAYCLOSE_SPARK_MEMORY, else 4g (Spark's own default is 1g; docs/spark.md)."""
+    return os.environ.get("DAYCLOSE_SPARK_MEMORY") or "4g"
 
 
 def spark_settings(target: Target) -> dict[str, str]:
@@ -128,6 +135,10 @@ def spark_settings(target: Target) -> dict[str, str]:
         "spark.driver.extraJavaOptions": f"-Dderby.system.home={folder}",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": "4",
+        "spark.driver.memory": spark_memory(),
+        # Spark's advice on HotSpot: a generated method above 8000 bytes of bytecode is never
+        # compiled by the JIT, so Spark runs such a plan without whole-stage code generation
+        "spark.sql.codegen.hugeMethodLimit": "8000",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         # dbt-spark sets it for its sessions; the same for ours (a cast that fails gives null)
