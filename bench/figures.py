@@ -259,6 +259,11 @@ def spark_tables(docs: list[dict]) -> str:
             [cases[c]["peak_rss_gb"] for c in cols],
             "{:.2f}",
         ),
+        (
+            "cores used: the process tree's CPU seconds over the case's seconds",
+            [cases[c].get("cores_used") for c in cols],
+            "{:.2f}",
+        ),
         ("load average at the case's end", [cases[c]["load"] for c in cols], "{}"),
     ]
     out = [table([f"units night, {doc['args']['units_per_day']:,} units/day"] + cols, rows)]

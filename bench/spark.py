@@ -10,8 +10,10 @@ master, fixed when its JVM starts), in a fresh warehouse: DuckDB, Spark `local[1
 engine reads the files), then runs the night (lock, dbt build of every units and shared model and
 gate, publish); the published daily_good_units of every case must equal DuckDB's. Measured: the
 seconds of each step, lines per second and per core, the peak memory of the case's processes (the
-JVM included, sampled every 0.2 s), Spark's speed-up from one core to two (goal >= 1.6x), and
-Spark local[2] against DuckDB (goal within 3x). From those, the cores a cluster would need for
+JVM included, sampled every 0.2 s) and the cores they used (their CPU seconds over the case's
+seconds: Spark local[1] runs its tasks on one thread, but the JVM's compiler and collector and
+dbt's Python run beside them), Spark's speed-up from one core to two (goal >= 1.6x), and Spark
+local[2] against DuckDB (goal within 3x). From those, the cores a cluster would need for
 4 billion readings a day within a 2-hour nightly window, assuming Spark scales linearly in cores
 from the measured lines per second per core (an upper bound of the speed a cluster gets: its
 shuffles cross the network) and its fixed costs stay those of one machine.
@@ -86,8 +88,9 @@ def run_case(engine: str, landing: Path, workdir: Path, out: Path) -> None:
     out.write_text(json.dumps(r))
 
 
-def tree_rss(pid: int) -> int:
-    """Resident bytes of a process and its descendants (the JVM is pyspark's child)."""
+def tree_sample(pid: int, cpu: dict[int, float]) -> int:
+    """Resident bytes of a process and its descendants (the JVM is pyspark's child); each
+    one's CPU seconds so far (user and system) recorded in `cpu` by process id."""
     import psutil
 
     try:
@@ -99,6 +102,8 @@ def tree_rss(pid: int) -> int:
     for p in procs:
         with contextlib.suppress(psutil.NoSuchProcess):
             total += p.memory_info().rss
+            times = p.cpu_times()
+            cpu[p.pid] = times.user + times.system
     return total
 
 
@@ -112,10 +117,11 @@ def case(name: str, landing: Path, workdir: Path) -> dict:
     clock = Timer()
     child = subprocess.Popen(args, env=env)
     peak = [0]
+    cpu: dict[int, float] = {}
 
     def sample() -> None:
         while child.poll() is None:
-            peak[0] = max(peak[0], tree_rss(child.pid))
+            peak[0] = max(peak[0], tree_sample(child.pid, cpu))
             time.sleep(0.2)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -124,7 +130,9 @@ def case(name: str, landing: Path, workdir: Path) -> dict:
         raise SystemExit(f"{name}: the case failed (exit {child.returncode})")
     sampler.join()
     r = json.loads(out.read_text())
+    # the tree's CPU seconds (to its last sample) over the case's seconds: the cores it used
     r.update(process_s=clock.seconds, peak_rss_gb=peak[0] / 1e9, load=round(load_average(), 2))
+    r.update(cpu_s=sum(cpu.values()), cores_used=sum(cpu.values()) / clock.seconds)
     return r
 
 
@@ -153,7 +161,7 @@ def main() -> None:
         c = results["cases"][name]
         log(
             f"  start {c['start_s']:.1f} s, load {c['load_s']:.1f} s, night {c['night_s']:.1f} s "
-            f"(build {c['build_s']:.1f} s), peak {c['peak_rss_gb']:.2f} GB"
+            f"(build {c['build_s']:.1f} s), peak {c['peak_rss_gb']:.2f} GB, {c['cores_used']:.2f} cores used"
         )
         write_results("bench-spark-partial", results)
     cases = results["cases"]
@@ -176,6 +184,7 @@ def figures(cases: dict) -> dict:
             "build_lines_per_s_per_core": c["lines"] / c["build_s"] / cores,
             "night_s": c["night_s"],
             "peak_rss_gb": c["peak_rss_gb"],
+            "cores_used": c["cores_used"],
         }
     if "spark-1" in cases and "spark-2" in cases:
         one, two = cases["spark-1"], cases["spark-2"]
