@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from dayclose.loader.ingest import FileToRead, ensure_landing, ingest_files_spark
+from dayclose.settings import Target
 from dayclose.warehouse import Warehouse
 from tests import contract_oracle as oracle
 from tests.engine_runs import GONE_AGAIN, REDELIVERED, EngineRuns, state_in, unequal
@@ -154,6 +156,32 @@ def test_the_registry_rewrites_the_days_of_revised_and_vanished_sales_on_spark(b
     with Warehouse(spark) as wh:
         partitions = {r[0] for r in wh.query(f"show partitions {spark.schema}.int_sales_deduplicated")}
     assert "sale_date=2026-11-23" in partitions
+
+
+def test_spark_numbers_the_lines_of_a_file_it_reads_in_several_splits(
+    built: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file larger than Spark's split is read by several tasks: each line still gets its
+    number in the file (the split's earlier lines counted), in a schema of its own."""
+    monkeypatch.setenv("DAYCLOSE_SPARK_DIR", str(built["targets"]["spark"].spark_dir))
+    lines = [f'{{"n": {n}, "pad": "{"x" * (n % 37)}"}}' for n in range(1, 2001)]
+    big, small = tmp_path / "part-0000.jsonl", tmp_path / "part-0001.jsonl"
+    big.write_text("\n".join(lines) + "\n")
+    small.write_text("a\nb\n")
+    files = [FileToRead("b1", big.name, big, len(lines)), FileToRead("b1", small.name, small, 2)]
+    with Warehouse(Target(name="spark", schema="splits")) as wh:
+        ensure_landing(wh, ["unit_lines"])
+        wh.session.conf.set("spark.sql.files.maxPartitionBytes", "4096")
+        try:
+            splits = wh.session.read.text(str(big)).rdd.getNumPartitions()
+            written, _ = ingest_files_spark(wh, "unit_lines", files, [])
+        finally:
+            wh.session.conf.unset("spark.sql.files.maxPartitionBytes")
+        rows = wh.query("select file_name, line_number, raw_line from splits_landing.unit_lines")
+    assert splits > 10
+    assert written == {"b1": 2002}
+    expected = [(big.name, n, line) for n, line in enumerate(lines, 1)]
+    assert sorted(rows) == sorted([*expected, (small.name, 1, "a"), (small.name, 2, "b")])
 
 
 def test_the_spark_warehouse_and_metastore_live_under_the_state_folder(built: dict) -> None:

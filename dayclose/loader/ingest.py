@@ -241,8 +241,10 @@ def ingest_files_spark(
     and per batch the lines that are not text.
 
     Spark's text source splits lines at \\n only (a \\r stays in its line) and gives each line
-    its file and the offset of its split; within a split, lines come in the file's order, so
-    (split offset, monotonically_increasing_id) orders a file's lines."""
+    its file and the offset of its split. A split's lines come in the file's order with
+    consecutive ids (monotonically_increasing_id: the task's number, then the row's place in
+    the task), so a line's number is the lines of its file's earlier splits plus its id less its
+    split's first id, plus one: from a count per split, without sorting the lines."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
@@ -289,13 +291,22 @@ def ingest_files_spark(
     spark.createDataFrame(fixed, fix_schema).createOrReplaceTempView("dayclose_put_back")
     spark.conf.set("spark.sql.sources.partitionOverwriteMode", "dynamic")
     wh.execute(
+        "with splits as (select path, split_start, min(seq) as first_seq, count(*) as split_lines "
+        "from dayclose_scanned group by path, split_start), "
+        "numbered_splits as (select path, split_start, first_seq, coalesce(sum(split_lines) over "
+        "(partition by path order by split_start rows between unbounded preceding and 1 preceding), 0) "
+        "as earlier_lines from splits), "
+        # the splits and files joined to each line where it is read (no shuffle of the lines)
+        "lines as (select /*+ broadcast(splits, files) */ files.batch_id, files.file_name, scanned.raw_line, "
+        "splits.earlier_lines + scanned.seq - splits.first_seq + 1 as line_number "
+        "from dayclose_scanned as scanned "
+        "inner join numbered_splits as splits "
+        "on scanned.path = splits.path and scanned.split_start = splits.split_start "
+        "inner join dayclose_files as files on scanned.path = files.path) "
         f"insert overwrite table {relation} partition (batch_id) "
         "select lines.file_name, lines.line_number, coalesce(fix.raw_line, lines.raw_line), "
         "fix.raw_line_hex, fix.byte_error, lines.batch_id "
-        "from (select files.batch_id, files.file_name, scanned.raw_line, row_number() over "
-        "(partition by scanned.path order by scanned.split_start, scanned.seq) as line_number "
-        "from dayclose_scanned as scanned inner join dayclose_files as files on scanned.path = files.path"
-        ") as lines left join dayclose_put_back as fix on fix.batch_id = lines.batch_id "
+        "from lines left join dayclose_put_back as fix on fix.batch_id = lines.batch_id "
         "and fix.file_name = lines.file_name and fix.line_number = lines.line_number"
     )
     for view in ("dayclose_scanned", "dayclose_files", "dayclose_put_back"):
