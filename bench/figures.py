@@ -342,6 +342,7 @@ def _machine(doc: dict) -> str:
         f"{m.get('cores')} cores, {m.get('ram_gib')} GiB, Python {m.get('python')}, "
         f"DuckDB {m.get('duckdb')}, dbt-core {m.get('dbt_core')}, Postgres {m.get('postgres')}; "
         f"commit {m.get('git_commit')}; load average {_fmt(load, '{:.2f}')} at the start"
+        + (f" ({m['note']})" if m.get("note") else "")
     )
 
 
